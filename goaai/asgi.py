@@ -1,0 +1,13 @@
+"""ASGI entry point: HTTP through Django, WebSockets through Channels."""
+
+import os
+
+from channels.routing import ProtocolTypeRouter
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
+
+# Build the Django application before anything imports models (Channels' advice).
+django_asgi_app = get_asgi_application()
+
+application = ProtocolTypeRouter({"http": django_asgi_app})

@@ -1,0 +1,92 @@
+"""Read goaai's configuration from the environment, in one place.
+
+Every setting that may differ between a laptop and a production host goes through
+these helpers, so that ``settings.py`` states the defaults that make ``make run``
+work (SQLite, in-memory channel layer, in-process executor) and production states
+its values as environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    """The variable as a string, ``default`` when it is unset."""
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """The variable as a boolean; anything but a clear yes/no is a configuration error."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    """The variable as an integer."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    """A comma-separated variable as a list of non-empty, stripped items."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_database(name: str, default: str) -> dict[str, Any]:
+    """A ``DATABASE_URL``-style variable as a Django ``DATABASES`` entry.
+
+    SQLite gets WAL and immediate transactions, so that the in-process executor's
+    worker threads and the web requests do not fail with "database is locked" when
+    they write at the same time. PostgreSQL gets psycopg's connection pool, because
+    under ASGI ``CONN_MAX_AGE`` does not reuse connections.
+    """
+    url = os.environ.get(name) or default
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(url))
+    except Exception as exc:  # dj-database-url raises several kinds for a bad URL.
+        raise ImproperlyConfigured(f"{name} is not a database URL: {exc}") from exc
+    engine = config.get("ENGINE", "")
+    options: dict[str, Any] = dict(config.get("OPTIONS") or {})
+    if engine == "django.db.backends.sqlite3":
+        options.setdefault("transaction_mode", "IMMEDIATE")
+        options.setdefault("timeout", 20)
+        options.setdefault(
+            "init_command",
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+        )
+    elif engine == "django.db.backends.postgresql":
+        if env_bool("DATABASE_POOL", default=True):
+            options.setdefault(
+                "pool",
+                {
+                    "min_size": env_int("DATABASE_POOL_MIN", 1),
+                    "max_size": env_int("DATABASE_POOL_MAX", 10),
+                    "timeout": 10,
+                },
+            )
+        config["CONN_MAX_AGE"] = 0
+    config["OPTIONS"] = options
+    return config

@@ -1,0 +1,92 @@
+"""Agents are declared in code: what model they use, what they may do, and how far.
+
+Settings may add agents: ``GOAAI_AGENTS`` lists dotted paths to :class:`Agent`
+objects, which join the ones shipped here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from goaai.runtime.errors import UnknownAgent
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The caps a run works within. Stored on each run as the policy in force."""
+
+    max_turns: int = 8
+    max_tool_calls: int = 16
+    max_consecutive_tool_failures: int = 3
+    time_budget_seconds: float = 300.0
+    # Tool names that wait for a person to approve them before they run.
+    approval_required: frozenset[str] = frozenset()
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["approval_required"] = sorted(self.approval_required)
+        return data
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    description: str
+    model: str = "scripted"
+    system_prompt: str = ""
+    toolsets: tuple[str, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+
+
+ASSISTANT = Agent(
+    id="assistant",
+    description=(
+        "A general assistant that remembers facts about you, does arithmetic, "
+        "tells the time and repeats text back."
+    ),
+    model="scripted",
+    system_prompt=(
+        "You are goaai's assistant. Use the memory tools to remember and recall facts "
+        "about the user, the calculator for arithmetic and the clock for the time. "
+        "Answer briefly."
+    ),
+    toolsets=("memory", "clock", "calculator", "text"),
+)
+
+
+class AgentRegistry:
+    """The agents goaai knows, by id."""
+
+    def __init__(self, agents: list[Agent] | None = None) -> None:
+        self._agents: dict[str, Agent] = {}
+        for agent in agents or []:
+            self.register(agent)
+
+    def register(self, agent: Agent) -> None:
+        self._agents[agent.id] = agent
+
+    def get(self, agent_id: str) -> Agent:
+        try:
+            return self._agents[agent_id]
+        except KeyError:
+            raise UnknownAgent(f"No agent named {agent_id!r}.") from None
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._agents
+
+    def all(self) -> list[Agent]:
+        return sorted(self._agents.values(), key=lambda agent: agent.id)
+
+
+def default_registry(extra: list[str] | None = None) -> AgentRegistry:
+    """The shipped agents plus those named by dotted path in ``extra``."""
+    from django.utils.module_loading import import_string
+
+    registry = AgentRegistry([ASSISTANT])
+    for path in extra or []:
+        agent = import_string(path)
+        if not isinstance(agent, Agent):
+            raise TypeError(f"{path} is not a goaai Agent")
+        registry.register(agent)
+    return registry

@@ -1,0 +1,72 @@
+"""Errors the runtime and its storage raise. Each says what went wrong in words a
+caller can show; the REST API maps them to 4xx answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GoaaiError(Exception):
+    """Base of every error goaai raises on purpose."""
+
+    code = "error"
+
+
+class NotFound(GoaaiError):
+    code = "not_found"
+
+
+class IllegalTransition(GoaaiError):
+    """A run was asked to move to a status its current status does not lead to."""
+
+    code = "illegal_transition"
+
+    def __init__(self, run_id: object, current: str, target: str) -> None:
+        super().__init__(f"Run {run_id} is {current}; it cannot become {target}.")
+        self.run_id = run_id
+        self.current = current
+        self.target = target
+
+
+class SessionEnded(GoaaiError):
+    """The session has ended and accepts no new runs."""
+
+    code = "session_ended"
+
+
+class UnknownAgent(GoaaiError):
+    code = "unknown_agent"
+
+
+class UnknownTool(GoaaiError):
+    code = "unknown_tool"
+
+
+class MemoryConflict(GoaaiError):
+    """A memory write named a version that is not the entry's current one.
+
+    ``current`` is the entry as it is now (``None`` when it does not exist), so the
+    writer can show it and retry deliberately; nothing was overwritten.
+    """
+
+    code = "version_conflict"
+
+    def __init__(self, message: str, current: Any = None) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+class InvalidMemoryScope(GoaaiError):
+    code = "invalid_scope"
+
+
+class ModelError(GoaaiError):
+    """A model provider failed; the run fails with this kind and message."""
+
+    code = "model_error"
+
+    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable

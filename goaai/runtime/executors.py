@@ -1,0 +1,75 @@
+"""Executors run a run's turn loop once the run has been committed.
+
+``thread`` (the default) uses a pool of worker threads inside the server process;
+``inline`` runs the loop in the caller's thread, for scripts and tests. Both hand
+the run id to the same :class:`~goaai.runtime.loop.TurnLoop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
+from uuid import UUID
+
+logger = logging.getLogger(__name__)
+
+Job = Callable[[UUID], object]
+
+
+class Executor(Protocol):
+    def submit(self, run_id: UUID) -> None:
+        """Have the run executed; returns without waiting unless the executor is inline."""
+        ...
+
+    def wait(self, run_id: UUID, timeout: float) -> bool:
+        """Wait for a run this executor holds; ``False`` if it holds none or time ran out."""
+        ...
+
+
+class InlineExecutor:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def submit(self, run_id: UUID) -> None:
+        self.job(run_id)
+
+    def wait(self, run_id: UUID, timeout: float) -> bool:
+        return False
+
+
+class ThreadExecutor:
+    def __init__(self, job: Job, *, threads: int = 4) -> None:
+        self.job = job
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="goaai-run")
+        self._futures: dict[UUID, Future[object]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, run_id: UUID) -> None:
+        future = self._pool.submit(self._run, run_id)
+        with self._lock:
+            self._futures[run_id] = future
+
+    def _run(self, run_id: UUID) -> object:
+        try:
+            return self.job(run_id)
+        except Exception:
+            # The loop records its own failures; this catches a store that is down.
+            logger.exception("Executing run %s failed", run_id)
+            return None
+        finally:
+            with self._lock:
+                self._futures.pop(run_id, None)
+
+    def wait(self, run_id: UUID, timeout: float) -> bool:
+        with self._lock:
+            future = self._futures.get(run_id)
+        if future is None:
+            return False
+        future.result(timeout=timeout)
+        return True
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)

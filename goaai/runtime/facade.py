@@ -1,0 +1,312 @@
+"""The runtime API: what the seed's ``rt`` offers, in Python.
+
+>>> from goaai.runtime import rt
+>>> session = rt.create_session(owner=user, agent="assistant", metadata={"user_id": "u-1"})
+>>> result = rt.run("assistant", "remember my favourite colour is green", session=session.id)
+>>> rt.get_memory("favourite colour", session=session.id).value
+'green'
+>>> rt.end_session(session.id)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from goaai.runtime.agents import AgentRegistry, default_registry
+from goaai.runtime.executors import Executor, InlineExecutor, ThreadExecutor
+from goaai.runtime.loop import TurnLoop
+from goaai.runtime.store import RunStore
+from goaai.runtime.types import MemoryRecord, RunInfo, SessionInfo
+from goaai.runtime.vocabulary import MemoryScope, RunStatus
+
+# A run is "done" for a waiting caller when it ended or when it waits for a person.
+_SETTLED = {RunStatus.AWAITING_INPUT.value} | {s.value for s in RunStatus if s.is_terminal}
+
+
+def _id(value: Any) -> Any:
+    """Accept an object with a primary key (a session, a user) or the key itself."""
+    return getattr(value, "pk", None) or getattr(value, "id", None) or value
+
+
+def _uuid(value: Any) -> UUID:
+    raw = _id(value)
+    return raw if isinstance(raw, UUID) else UUID(str(raw))
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """A run that was started without waiting."""
+
+    run_id: UUID
+    runtime: Runtime
+
+    def wait(self, timeout: float | None = None) -> RunInfo:
+        return self.runtime.wait(self.run_id, timeout=timeout)
+
+    def cancel(self, reason: str = "") -> RunInfo:
+        return self.runtime.cancel_run(self.run_id, reason=reason)
+
+
+class Runtime:
+    """Sessions, runs and memory, as the seed's runtime offers them.
+
+    Built lazily from settings (``GOAAI_RUNTIME_STORE``, ``GOAAI_EXECUTOR``,
+    ``GOAAI_AGENTS``); :meth:`configure` replaces any part, for tests and scripts.
+    """
+
+    def __init__(self) -> None:
+        self._store: RunStore | None = None
+        self._agents: AgentRegistry | None = None
+        self._executor: Executor | None = None
+        self._lock = threading.Lock()
+
+    # Configuration
+
+    def configure(
+        self,
+        *,
+        store: RunStore | None = None,
+        agents: AgentRegistry | None = None,
+        executor: str | Executor | None = None,
+    ) -> None:
+        with self._lock:
+            if store is not None:
+                self._store = store
+            if agents is not None:
+                self._agents = agents
+            if isinstance(executor, str):
+                self._executor = self._build_executor(executor)
+            elif executor is not None:
+                self._executor = executor
+
+    def reset(self) -> None:
+        """Forget every configured part; they are built from settings again on use."""
+        with self._lock:
+            if isinstance(self._executor, ThreadExecutor):
+                self._executor.shutdown()
+            self._store = self._agents = self._executor = None
+
+    @property
+    def store(self) -> RunStore:
+        if self._store is None:
+            from django.conf import settings
+            from django.utils.module_loading import import_string
+
+            with self._lock:
+                if self._store is None:
+                    self._store = import_string(settings.GOAAI_RUNTIME_STORE)()
+        assert self._store is not None
+        return self._store
+
+    @property
+    def agents(self) -> AgentRegistry:
+        if self._agents is None:
+            from django.conf import settings
+
+            with self._lock:
+                if self._agents is None:
+                    self._agents = default_registry(list(settings.GOAAI_AGENTS))
+        assert self._agents is not None
+        return self._agents
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            from django.conf import settings
+
+            executor = self._build_executor(settings.GOAAI_EXECUTOR)
+            with self._lock:
+                if self._executor is None:
+                    self._executor = executor
+        assert self._executor is not None
+        return self._executor
+
+    def loop(self) -> TurnLoop:
+        return TurnLoop(
+            store=self.store,
+            agents=self.agents,
+            publish_delta=getattr(self.store, "publish_delta", None),
+        )
+
+    def execute(self, run_id: UUID) -> RunInfo | None:
+        """Execute one run in this thread (what every executor's worker calls)."""
+        with self.store.worker():
+            return self.loop().execute(run_id)
+
+    def _build_executor(self, name: str) -> Executor:
+        from django.conf import settings
+
+        if name == "inline":
+            return InlineExecutor(self.execute)
+        if name == "thread":
+            return ThreadExecutor(self.execute, threads=settings.GOAAI_EXECUTOR_THREADS)
+        raise ValueError(f"Unknown executor {name!r}: choose 'thread' or 'inline'.")
+
+    # Sessions
+
+    def create_session(
+        self,
+        *,
+        owner: Any,
+        agent: str = "assistant",
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        """Start a conversation of ``owner`` with ``agent``."""
+        self.agents.get(agent)
+        return self.store.create_session(
+            owner_id=int(_id(owner)), agent=agent, title=title, metadata=dict(metadata or {})
+        )
+
+    def end_session(self, session: Any) -> SessionInfo:
+        """End a session: runs in flight are canceled and no new run is accepted."""
+        return self.store.end_session(_uuid(session))
+
+    # Runs
+
+    def start(
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        session: Any,
+        labels: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RunHandle:
+        """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once."""
+        spec = self.agents.get(agent)
+        run = self.store.create_run(
+            session_id=_uuid(session),
+            agent=agent,
+            input=prompt,
+            labels=dict(labels or {}),
+            metadata=dict(metadata or {}),
+            policy=spec.policy.as_dict(),
+        )
+        executor = self.executor
+        self.store.after_commit(lambda: executor.submit(run.id))
+        return RunHandle(run_id=run.id, runtime=self)
+
+    def run(
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        session: Any,
+        labels: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> RunInfo:
+        """Run ``agent`` on ``prompt`` in ``session`` and wait until the run ends or
+        waits for a person's input."""
+        handle = self.start(agent, prompt, session=session, labels=labels, metadata=metadata)
+        return handle.wait(timeout=timeout)
+
+    def wait(self, run_id: Any, timeout: float | None = None) -> RunInfo:
+        """Wait until a run has ended or awaits input; returns it as it is then."""
+        from django.conf import settings
+
+        run_uuid = _uuid(run_id)
+        limit = settings.GOAAI_RUN_WAIT_SECONDS if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            self.executor.wait(run_uuid, timeout=limit)
+        except TimeoutError:
+            return self.store.get_run(run_uuid)
+        # Another process may hold the run (or it is paused): watch the record.
+        delay = 0.01
+        while True:
+            run = self.store.get_run(run_uuid)
+            if run.status in _SETTLED or time.monotonic() >= deadline:
+                return run
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def get_run(self, run_id: Any) -> RunInfo:
+        return self.store.get_run(_uuid(run_id))
+
+    def cancel_run(self, run_id: Any, reason: str = "") -> RunInfo:
+        """Ask a run to stop. A pending or waiting run is canceled at once; a running
+        one stops at its next step."""
+        return self.store.request_cancel(_uuid(run_id), reason)
+
+    # Memory
+
+    def store_memory(
+        self,
+        key: str,
+        value: Any,
+        *,
+        scope: str = MemoryScope.SESSION,
+        session: Any = None,
+        user: Any = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by: Any = None,
+    ) -> MemoryRecord:
+        """Create or update a memory entry.
+
+        ``expected_version`` makes the write conditional: ``0`` means "must not exist
+        yet", ``n`` means "only if the entry is still at version n";
+        :class:`~goaai.runtime.errors.MemoryConflict` otherwise, and nothing changes.
+        """
+        return self.store.store_memory(
+            key=key,
+            value=value,
+            scope=scope,
+            session_id=_uuid(session) if session is not None else None,
+            user_id=int(_id(user)) if user is not None else None,
+            agent=agent,
+            expected_version=expected_version,
+            written_by_user=int(_id(written_by)) if written_by is not None else None,
+        )
+
+    def get_memory(
+        self,
+        key: str,
+        session: Any = None,
+        *,
+        scope: str | None = None,
+        user: Any = None,
+        agent: str = "",
+    ) -> MemoryRecord | None:
+        """Read a key. With only ``session``, the most specific entry a run in that
+        session would see (session, then its user, its agent, global); with
+        ``scope``, exactly that scope's entry."""
+        if scope is None:
+            if session is None:
+                raise ValueError("get_memory needs a session, or an explicit scope.")
+            return self.store.resolve_memory(key=key, session_id=_uuid(session))
+        return self.store.get_memory(
+            key=key,
+            scope=scope,
+            session_id=_uuid(session) if session is not None else None,
+            user_id=int(_id(user)) if user is not None else None,
+            agent=agent,
+        )
+
+    def delete_memory(
+        self,
+        key: str,
+        *,
+        scope: str = MemoryScope.SESSION,
+        session: Any = None,
+        user: Any = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by: Any = None,
+    ) -> bool:
+        """Delete an entry; ``False`` if there was none. Its history is kept."""
+        return self.store.delete_memory(
+            key=key,
+            scope=scope,
+            session_id=_uuid(session) if session is not None else None,
+            user_id=int(_id(user)) if user is not None else None,
+            agent=agent,
+            expected_version=expected_version,
+            written_by_user=int(_id(written_by)) if written_by is not None else None,
+        )

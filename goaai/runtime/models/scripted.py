@@ -1,0 +1,225 @@
+"""The offline scripted model: deterministic rules that use real tools.
+
+It makes goaai useful with no network and no API key, and it is what the tests
+drive. It reads the latest user message and follows the first rule that matches:
+
+============================================  ===================================
+the user says                                  the model
+============================================  ===================================
+``remember my favourite colour is green``      calls ``memory_store`` (session)
+``always remember my name is Ada``             calls ``memory_store`` (user scope)
+``what is my favourite colour`` /              calls ``memory_recall``
+``recall favourite colour``
+``forget my favourite colour``                 calls ``memory_forget``
+``calculate 2 * (3 + 4)`` / ``what is 6*7``    calls ``calculator``
+``what time is it`` / ``time in Asia/Tokyo``   calls ``clock_now``
+``echo hello`` / ``say hello``                 calls ``echo``
+anything else                                  explains what it can do
+============================================  ===================================
+
+Once a tool has answered, the model turns the tool's result into a sentence.
+Replies are streamed word by word to ``on_delta``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from goaai.runtime.models.base import DeltaCallback, ModelRequest
+from goaai.runtime.types import Message, ModelReply, ToolCallRequest, Usage
+
+_ARITHMETIC = re.compile(r"^[0-9a-z\s.+\-*/%^()×÷,]+$")
+_HAS_OPERATOR = re.compile(r"[+\-*/%^×÷]|\b(sqrt|log|log10|exp|sin|cos|tan|abs|round|floor|ceil)\(")
+_TIME_ZONE = re.compile(r"\bin\s+([A-Za-z_]+(?:/[A-Za-z_+\-]+)+|UTC)\b")
+_TRAILING = " ?!.\t\n"
+
+HELP_TEXT = (
+    "I'm goaai's offline scripted assistant. I can remember things "
+    "(\"remember my favourite colour is green\"), recall them (\"what is my favourite "
+    "colour?\"), forget them, calculate (\"calculate 2 * (3 + 4)\"), tell the time "
+    "(\"what time is it in Europe/Rome?\") and repeat text (\"echo hello\")."
+)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the user's message asks for: a tool and its arguments, or a plain reply."""
+
+    tool: str = ""
+    arguments: dict[str, Any] | None = None
+    reply: str = ""
+    possessive: bool = False
+
+
+def _strip_owner(phrase: str) -> tuple[str, bool]:
+    """'my favourite colour' -> ('favourite colour', True)."""
+    phrase = phrase.strip()
+    for prefix in ("my ", "the ", "about "):
+        if phrase.lower().startswith(prefix):
+            return phrase[len(prefix) :].strip(), prefix == "my "
+    return phrase, False
+
+
+def _is_arithmetic(text: str) -> bool:
+    lowered = text.lower()
+    return bool(
+        _ARITHMETIC.match(lowered) and re.search(r"\d", lowered) and _HAS_OPERATOR.search(lowered)
+    )
+
+
+def understand(text: str) -> Intent:
+    """Map a user message to the rule it triggers."""
+    message = " ".join(text.strip().split()).rstrip(_TRAILING)
+    lowered = message.lower()
+
+    match = re.match(r"^(?:please\s+)?(always\s+)?remember(?:\s+that)?\s+(.+)$", message, re.I)
+    if match:
+        scope = "user" if match.group(1) else "session"
+        parts = re.split(r"\s+(?:is|are)\s+|\s*[:=]\s*", match.group(2), maxsplit=1)
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            return Intent(
+                reply="Tell me what to remember as \"remember <something> is <value>\", "
+                "for example \"remember my favourite colour is green\"."
+            )
+        key, possessive = _strip_owner(parts[0])
+        return Intent(
+            tool="memory_store",
+            arguments={"key": key, "value": parts[1].strip(), "scope": scope},
+            possessive=possessive,
+        )
+
+    match = re.match(r"^forget\s+(.+)$", message, re.I)
+    if match:
+        key, possessive = _strip_owner(match.group(1))
+        return Intent(tool="memory_forget", arguments={"key": key}, possessive=possessive)
+
+    match = re.match(r"^(?:calculate|compute|what(?:'s| is))\s+(.+)$", message, re.I)
+    if match and _is_arithmetic(match.group(1)):
+        return Intent(tool="calculator", arguments={"expression": match.group(1).strip()})
+    if _is_arithmetic(message):
+        return Intent(tool="calculator", arguments={"expression": message})
+
+    if re.search(r"\b(what time|what day|what's the date|what is the date|current time)\b", lowered) or re.match(
+        r"^(time|date|now)\b", lowered
+    ):
+        zone = _TIME_ZONE.search(message)
+        return Intent(tool="clock_now", arguments={"timezone": zone.group(1) if zone else "UTC"})
+
+    match = re.match(r"^(?:echo|say|repeat)[:\s]\s*(.+)$", message, re.I | re.S)
+    if match:
+        return Intent(tool="echo", arguments={"text": match.group(1)})
+
+    match = re.match(
+        r"^(?:what(?:'s| is| are| was)|whats|recall|do you (?:remember|know)|tell me)\s+(.+)$",
+        message,
+        re.I,
+    )
+    if match:
+        key, possessive = _strip_owner(match.group(1))
+        if key:
+            return Intent(tool="memory_recall", arguments={"key": key}, possessive=possessive)
+
+    return Intent(reply=HELP_TEXT)
+
+
+def _subject(key: str, possessive: bool) -> str:
+    return f"your {key}" if possessive else key
+
+
+def _clock_sentence(result: dict[str, Any]) -> str:
+    # "2026-11-29T14:05:09+00:00" -> "14:05 on Sunday 2026-11-29"
+    iso = str(result.get("iso", ""))
+    date, _, rest = iso.partition("T")
+    return f"It's {rest[:5]} on {result.get('weekday', '')} {date} ({result.get('timezone', 'UTC')})."
+
+
+def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
+    """Turn a tool's answer into the sentence the user reads."""
+    if not outcome.get("ok"):
+        error = outcome.get("error") or {}
+        return f"I couldn't do that: {error.get('message', 'the tool failed')}"
+    result = outcome.get("result") or {}
+    key = str(result.get("key", ""))
+    if tool_name == "memory_store":
+        where = "in every conversation" if result.get("scope") == "user" else "in this conversation"
+        return f"Got it. I'll remember {where} that {_subject(key, intent.possessive)} is {result.get('value')}."
+    if tool_name == "memory_recall":
+        if not result.get("found"):
+            return (
+                f"I don't know {_subject(key, intent.possessive)} yet. Tell me with "
+                f"\"remember {'my ' if intent.possessive else ''}{key} is ...\"."
+            )
+        subject = _subject(key, intent.possessive)
+        return f"{subject[0].upper()}{subject[1:]} is {result.get('value')}."
+    if tool_name == "memory_forget":
+        return f"Done. I've forgotten {_subject(key, intent.possessive)}."
+    if tool_name == "calculator":
+        return f"{result.get('expression')} = {result.get('value')}"
+    if tool_name == "clock_now":
+        return _clock_sentence(result)
+    if tool_name == "echo":
+        return str(result.get("text", ""))
+    return f"{tool_name} answered: {result}"
+
+
+def _estimate_tokens(text: str) -> int:
+    # About four characters a token, as the providers' own rule of thumb.
+    return math.ceil(len(text) / 4) if text else 0
+
+
+def _stream(text: str, on_delta: DeltaCallback | None) -> None:
+    if on_delta is None:
+        return
+    for piece in re.findall(r"\S+\s*", text):
+        on_delta(piece)
+
+
+class ScriptedModel:
+    """A model client whose answers follow the rules in this module's docstring."""
+
+    name = "scripted"
+
+    def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
+        messages = request.messages
+        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+        user_text = messages[last_user].content if last_user >= 0 else ""
+        intent = understand(user_text)
+        since_user = messages[last_user + 1 :]
+        usage_in = sum(_estimate_tokens(m.content) for m in messages)
+
+        tool_results = [m for m in since_user if m.role == "tool"]
+        if tool_results:
+            text = self._after_tools(intent, since_user)
+            _stream(text, on_delta)
+            return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
+
+        available = {spec.name for spec in request.tools}
+        if intent.tool and intent.tool in available:
+            call = ToolCallRequest(id="call_1", name=intent.tool, arguments=dict(intent.arguments or {}))
+            return ModelReply(
+                tool_calls=(call,),
+                usage=Usage(usage_in, _estimate_tokens(str(call.arguments))),
+                model=self.name,
+            )
+        text = intent.reply or f"I would use the {intent.tool} tool for that, but I don't have it here."
+        _stream(text, on_delta)
+        return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
+
+    def _after_tools(self, intent: Intent, since_user: tuple[Message, ...]) -> str:
+        import json
+
+        calls = {c.id: c for m in since_user if m.role == "assistant" for c in m.tool_calls}
+        sentences = []
+        for message in since_user:
+            if message.role != "tool":
+                continue
+            call = calls.get(message.tool_call_id)
+            try:
+                outcome = json.loads(message.content)
+            except ValueError:
+                outcome = {"ok": False, "error": {"message": message.content}}
+            sentences.append(answer(intent, call.name if call else message.name, outcome))
+        return " ".join(sentences)

@@ -1,0 +1,36 @@
+"""Tools and the toolsets agents are given."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from goaai.runtime.errors import UnknownTool
+from goaai.runtime.tools.base import Tool, ToolContext, ToolRejected, tool
+from goaai.runtime.tools.calculator import calculator
+from goaai.runtime.tools.clock import clock_now
+from goaai.runtime.tools.memory import memory_forget, memory_recall, memory_store
+from goaai.runtime.tools.text import echo
+
+__all__ = ["TOOLSETS", "Tool", "ToolContext", "ToolRejected", "tool", "tools_for"]
+
+
+def _toolset(name: str, *tools: Tool) -> dict[str, Tool]:
+    return {t.name: replace(t, toolset=name) for t in tools}
+
+
+TOOLSETS: dict[str, dict[str, Tool]] = {
+    "memory": _toolset("memory", memory_store, memory_recall, memory_forget),
+    "clock": _toolset("clock", clock_now),
+    "calculator": _toolset("calculator", calculator),
+    "text": _toolset("text", echo),
+}
+
+
+def tools_for(toolsets: tuple[str, ...]) -> dict[str, Tool]:
+    """Every tool of the named toolsets, by tool name."""
+    tools: dict[str, Tool] = {}
+    for name in toolsets:
+        if name not in TOOLSETS:
+            raise UnknownTool(f"No toolset named {name!r}.")
+        tools.update(TOOLSETS[name])
+    return tools

@@ -1,0 +1,172 @@
+"""The values that flow between the facade, the turn loop, model clients and storage.
+
+Plain dataclasses: the runtime never sees an ORM object.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call as a model asked for it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCallRequest:
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=dict(data["arguments"]))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation, in a provider-neutral shape.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. An assistant message
+    may carry tool calls; a tool message answers the call named by ``tool_call_id``.
+    """
+
+    role: str
+    content: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name:
+            data["name"] = self.name
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=str(data["role"]),
+            content=str(data.get("content") or ""),
+            tool_calls=tuple(ToolCallRequest.from_dict(c) for c in data.get("tool_calls") or ()),
+            tool_call_id=str(data.get("tool_call_id") or ""),
+            name=str(data.get("name") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """What a model answered in one turn."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class RunError:
+    kind: str
+    message: str
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: UUID
+    owner_id: int
+    agent: str
+    title: str
+    status: str
+    metadata: dict[str, Any]
+    created_at: dt.datetime
+    ended_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: UUID
+    session_id: UUID
+    agent: str
+    status: str
+    input: str
+    output: str
+    labels: dict[str, str]
+    usage: Usage
+    error: RunError | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    parent_run_id: UUID | None = None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the turn loop needs to know about a run it is about to execute."""
+
+    run_id: UUID
+    session_id: UUID
+    owner_id: int
+    agent: str
+    input: str
+    labels: dict[str, str]
+    # Earlier runs of the session, as user/assistant messages, oldest first.
+    history: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    id: UUID
+    key: str
+    value: Any
+    scope: str
+    session_id: UUID | None
+    user_id: int | None
+    agent: str
+    version: int
+    updated_at: dt.datetime
+    expires_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """How one tool call ended: a JSON result, or an error of a known kind."""
+
+    result: Any = None
+    error_kind: str = ""
+    error_message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error_kind
+
+    def for_model(self) -> dict[str, Any]:
+        """The payload sent back to the model as the tool's answer."""
+        if self.ok:
+            return {"ok": True, "result": self.result}
+        return {"ok": False, "error": {"kind": self.error_kind, "message": self.error_message}}

@@ -1,0 +1,166 @@
+"""Django settings for goaai.
+
+Every value that differs between machines comes from the environment through
+``goaai.env``. With nothing set, goaai runs embedded: a SQLite file in the project
+folder, the in-memory channel layer, the in-process executor and the offline
+scripted model. ``GOAAI_PRODUCTION=1`` turns on the checks a public deployment needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from goaai.env import env_bool, env_database, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+PRODUCTION = env_bool("GOAAI_PRODUCTION", default=False)
+DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+
+# A development key is only ever used outside production; production refuses to
+# start without a real one rather than sign cookies with a published value.
+_DEV_SECRET_KEY = "goaai-insecure-development-key-do-not-use-in-production"  # noqa: S105
+SECRET_KEY = env_str("SECRET_KEY") or _DEV_SECRET_KEY
+
+if PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured("GOAAI_PRODUCTION is set: DEBUG must be off.")
+    if SECRET_KEY == _DEV_SECRET_KEY:
+        raise ImproperlyConfigured("GOAAI_PRODUCTION is set: SECRET_KEY must be set.")
+    if len(SECRET_KEY) < 32:
+        raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long.")
+
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", default=[] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]
+)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "sessions_app",
+    "runs_app",
+    "memory_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "goaai.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "goaai.wsgi.application"
+ASGI_APPLICATION = "goaai.asgi.application"
+
+DATABASES = {
+    "default": env_database("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'goaai.sqlite3'}"),
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+# Outside production, serve static files straight from the apps: no collectstatic.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+
+LOGIN_URL = "/admin/login/"
+
+# Live updates and the distributed executor: Redis when REDIS_URL is set, otherwise
+# everything stays inside the one server process.
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+# The agent runtime.
+# The executor runs a run's turn loop once the run is committed: "thread" (a pool
+# of worker threads in this process), "inline" (in the caller's thread, for scripts
+# and tests) or "celery" (a Celery worker on Redis; the default when REDIS_URL is set).
+GOAAI_EXECUTOR = env_str("GOAAI_EXECUTOR", "celery" if REDIS_URL else "thread")
+GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 4)
+# Where the runtime reads and writes runs, turns, tool calls, events and memory.
+GOAAI_RUNTIME_STORE = "runs_app.store.OrmRunStore"
+# Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
+GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
+# How long rt.run() waits for a run to end before giving up waiting (the run goes on).
+GOAAI_RUN_WAIT_SECONDS = env_int("GOAAI_RUN_WAIT_SECONDS", 300)
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=True)
+    CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", default=True)
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

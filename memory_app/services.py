@@ -1,0 +1,237 @@
+"""Every write to memory. Each change bumps the entry's version and leaves a revision."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
+from goaai.runtime.vocabulary import EventType
+from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
+from memory_app.selectors import owner_filter
+from runs_app.events import EventBatch, recording
+from runs_app.models import Run
+
+MAX_KEY_LENGTH = 200
+
+
+def _writer(
+    user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None
+) -> dict[str, Any]:
+    kind = WriterKind.RUN if run_id else WriterKind.USER if user_id else WriterKind.SYSTEM
+    return {
+        "kind": kind,
+        "user_id": user_id,
+        "run_id": run_id,
+        "tool_call_id": tool_call_id,
+    }
+
+
+def _event_session(entry_session_id: UUID | None, run_id: UUID | None) -> UUID | None:
+    """The session whose log records a memory change: the entry's own, or the session
+    of the run that made it. Changes made outside any session have no event."""
+    if entry_session_id is not None:
+        return entry_session_id
+    if run_id is not None:
+        return Run.objects.filter(pk=run_id).values_list("session_id", flat=True).first()
+    return None
+
+
+@contextmanager
+def _transaction(session_id: UUID | None) -> Iterator[EventBatch | None]:
+    if session_id is None:
+        with transaction.atomic():
+            yield None
+    else:
+        with recording(session_id) as batch:
+            yield batch
+
+
+def _revise(entry: MemoryEntry, action: str, version: int, writer: dict[str, Any]) -> None:
+    MemoryRevision.objects.create(
+        entry_id=entry.pk,
+        key=entry.key,
+        scope=entry.scope,
+        session_id=entry.session_id,
+        user_id=entry.user_id,
+        agent=entry.agent,
+        version=version,
+        value=None if action == RevisionAction.DELETED else entry.value,
+        action=action,
+        actor_kind=writer["kind"],
+        actor_user_id=writer["user_id"],
+        actor_run_id=writer["run_id"],
+        actor_tool_call_id=writer["tool_call_id"],
+    )
+
+
+def _clean_key(key: str) -> str:
+    cleaned = key.strip()
+    if not cleaned:
+        raise InvalidMemoryScope("A memory key cannot be empty.")
+    if len(cleaned) > MAX_KEY_LENGTH:
+        raise InvalidMemoryScope(f"A memory key is at most {MAX_KEY_LENGTH} characters.")
+    return cleaned
+
+
+def memory_store(
+    *,
+    key: str,
+    value: Any,
+    scope: str,
+    session_id: UUID | None = None,
+    user_id: int | None = None,
+    agent: str = "",
+    expected_version: int | None = None,
+    expires_at: dt.datetime | None = None,
+    written_by_user_id: int | None = None,
+    written_by_run_id: UUID | None = None,
+    written_by_tool_call_id: UUID | None = None,
+) -> MemoryEntry:
+    """Create or update the entry (scope, owner, key).
+
+    ``expected_version`` makes the write conditional: ``None`` writes whatever is
+    there, ``0`` only creates, ``n`` only updates an entry still at version ``n``.
+    A mismatch raises :class:`MemoryConflict` carrying the current entry, and
+    nothing is written.
+    """
+    key = _clean_key(key)
+    where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
+    writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
+    with _transaction(_event_session(session_id, written_by_run_id)) as batch:
+        entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+        if entry is None:
+            if expected_version not in (None, 0):
+                raise MemoryConflict(f"No {scope} entry {key!r} exists to update.", current=None)
+            try:
+                with transaction.atomic():
+                    entry = MemoryEntry.objects.create(
+                        key=key,
+                        value=value,
+                        scope=scope,
+                        session_id=session_id,
+                        user_id=user_id,
+                        agent=agent,
+                        version=1,
+                        expires_at=expires_at,
+                        written_by_kind=writer["kind"],
+                        written_by_user_id=writer["user_id"],
+                        written_by_run_id=writer["run_id"],
+                        written_by_tool_call_id=writer["tool_call_id"],
+                    )
+            except IntegrityError:
+                # Another writer created it between our read and our insert.
+                current = MemoryEntry.objects.filter(where, key=key).first()
+                raise MemoryConflict(
+                    f"The {scope} entry {key!r} was created concurrently.", current=current
+                ) from None
+            action = RevisionAction.CREATED
+        else:
+            if expected_version is not None and expected_version != entry.version:
+                raise MemoryConflict(
+                    f"The {scope} entry {key!r} is at version {entry.version}, "
+                    f"not {expected_version}.",
+                    current=entry,
+                )
+            updated = MemoryEntry.objects.filter(pk=entry.pk, version=entry.version).update(
+                value=value,
+                version=F("version") + 1,
+                expires_at=expires_at,
+                written_by_kind=writer["kind"],
+                written_by_user_id=writer["user_id"],
+                written_by_run_id=writer["run_id"],
+                written_by_tool_call_id=writer["tool_call_id"],
+                updated_at=timezone.now(),
+            )
+            if not updated:
+                current = MemoryEntry.objects.filter(pk=entry.pk).first()
+                raise MemoryConflict(f"The {scope} entry {key!r} changed concurrently.", current=current)
+            entry.refresh_from_db()
+            action = RevisionAction.UPDATED
+        _revise(entry, action, entry.version, writer)
+        if batch is not None:
+            batch.add(
+                EventType.MEMORY_STORED,
+                {
+                    "entry": str(entry.pk),
+                    "key": key,
+                    "scope": scope,
+                    "version": entry.version,
+                    "action": action,
+                    "written_by": {k: _str(v) for k, v in writer.items()},
+                },
+                run_id=written_by_run_id,
+            )
+    return entry
+
+
+def _str(value: Any) -> Any:
+    return str(value) if isinstance(value, UUID) else value
+
+
+def memory_delete(
+    *,
+    key: str,
+    scope: str,
+    session_id: UUID | None = None,
+    user_id: int | None = None,
+    agent: str = "",
+    expected_version: int | None = None,
+    written_by_user_id: int | None = None,
+    written_by_run_id: UUID | None = None,
+    written_by_tool_call_id: UUID | None = None,
+) -> bool:
+    """Delete the entry (scope, owner, key); ``False`` if there is none. The deletion
+    is kept as the entry's last revision."""
+    key = _clean_key(key)
+    where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
+    writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
+    with _transaction(_event_session(session_id, written_by_run_id)) as batch:
+        entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+        if entry is None:
+            return False
+        if expected_version is not None and expected_version != entry.version:
+            raise MemoryConflict(
+                f"The {scope} entry {key!r} is at version {entry.version}, not {expected_version}.",
+                current=entry,
+            )
+        _revise(entry, RevisionAction.DELETED, entry.version + 1, writer)
+        entry.delete()
+        if batch is not None:
+            batch.add(
+                EventType.MEMORY_DELETED,
+                {"entry": str(entry.pk), "key": key, "scope": scope},
+                run_id=written_by_run_id,
+            )
+    return True
+
+
+def memory_delete_by_id(*, entry_id: UUID, expected_version: int | None = None, written_by_user_id: int | None = None) -> bool:
+    """Delete one entry by id (the admin and the API address entries this way)."""
+    entry = MemoryEntry.objects.filter(pk=entry_id).first()
+    if entry is None:
+        return False
+    return memory_delete(
+        key=entry.key,
+        scope=entry.scope,
+        session_id=entry.session_id,
+        user_id=entry.user_id,
+        agent=entry.agent,
+        expected_version=expected_version,
+        written_by_user_id=written_by_user_id,
+    )
+
+
+def memory_purge_expired(*, now: dt.datetime | None = None) -> int:
+    """Delete entries whose expiry has passed; returns how many."""
+    cutoff = now or timezone.now()
+    deleted, _ = MemoryEntry.objects.filter(expires_at__lte=cutoff).delete()
+    return deleted
+

@@ -1,0 +1,426 @@
+"""Every write to runs, turns, tool calls and the event log.
+
+Each service is atomic, takes keyword-only arguments, and records the events that
+describe its change in the same transaction (see ``runs_app.events``). Status
+changes are compare-and-set updates: a run moves only from a status that leads to
+the target, so two writers racing (a cancel and a completion, say) cannot both win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
+from goaai.runtime.vocabulary import (
+    RUN_END_EVENTS,
+    EventType,
+    RunStatus,
+    ToolCallStatus,
+    sources_of,
+)
+from runs_app.events import EventBatch, recording
+from runs_app.models import Run, RunEvent, ToolCall, Turn
+from sessions_app.models import SessionStatus
+
+
+def request_fingerprint(payload: dict[str, Any]) -> str:
+    """A stable digest of a run-creation request, to tell replays from conflicts."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _session_of_run(run_id: UUID) -> UUID:
+    session_id = Run.objects.filter(pk=run_id).values_list("session_id", flat=True).first()
+    if session_id is None:
+        raise NotFound(f"No run {run_id}.")
+    return session_id
+
+
+def event_append(
+    *, session_id: UUID, type: str, data: dict[str, Any], run_id: UUID | None = None
+) -> RunEvent:
+    """Append one event to a session's log with the next sequence number."""
+    with recording(session_id) as batch:
+        batch.add(type, data, run_id=run_id)
+        (event,) = batch.flush()
+    return event
+
+
+# Runs
+
+
+def run_create(
+    *,
+    session_id: UUID,
+    agent: str,
+    input: str,
+    labels: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    policy: dict[str, Any] | None = None,
+    created_by: AbstractBaseUser | None = None,
+    parent_run_id: UUID | None = None,
+    parent_tool_call_id: UUID | None = None,
+    idempotency_key: str | None = None,
+    fingerprint: str = "",
+) -> Run:
+    """Create a pending run in an active session (:class:`SessionEnded` otherwise)."""
+    with recording(session_id) as batch:
+        if batch.session_status != SessionStatus.ACTIVE:
+            raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
+        run = Run.objects.create(
+            session_id=session_id,
+            agent=agent,
+            input=input,
+            labels=dict(labels or {}),
+            metadata=dict(metadata or {}),
+            policy=dict(policy or {}),
+            created_by=created_by,
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
+            idempotency_key=idempotency_key,
+            request_fingerprint=fingerprint,
+        )
+        batch.add(
+            EventType.RUN_CREATED,
+            {"agent": agent, "input": input, "labels": run.labels, "parent_run": _str(parent_run_id)},
+            run_id=run.id,
+        )
+        if parent_run_id is not None:
+            batch.add(
+                EventType.RUN_CHILD_LINKED,
+                {"child_run": str(run.id), "parent_tool_call": _str(parent_tool_call_id)},
+                run_id=parent_run_id,
+            )
+    return run
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _transition(
+    batch: EventBatch, run_id: UUID, target: RunStatus, **changes: Any
+) -> Run:
+    """Move a run to ``target`` if its current status allows it, in ``batch``'s
+    transaction; :class:`IllegalTransition` otherwise."""
+    allowed = sources_of(target)
+    updated = Run.objects.filter(pk=run_id, status__in=allowed).update(
+        status=target, updated_at=timezone.now(), **changes
+    )
+    if not updated:
+        current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if current is None:
+            raise NotFound(f"No run {run_id}.")
+        raise IllegalTransition(run_id, current, target)
+    return Run.objects.get(pk=run_id)
+
+
+def run_start(*, run_id: UUID) -> Run:
+    """``pending`` → ``running``."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _transition(batch, run_id, RunStatus.RUNNING, started_at=timezone.now())
+        batch.add(EventType.RUN_STARTED, {"agent": run.agent}, run_id=run_id)
+    return run
+
+
+def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any) -> Run:
+    run = _transition(batch, run_id, status, ended_at=timezone.now(), **changes)
+    # Steps still open when a run ends were cut short with it.
+    ToolCall.objects.filter(
+        run_id=run_id, status__in=[ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING]
+    ).update(status=ToolCallStatus.CANCELED, ended_at=timezone.now())
+    return run
+
+
+def _usage(run: Run) -> dict[str, int]:
+    return {
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "total_tokens": run.total_tokens,
+    }
+
+
+def run_complete(*, run_id: UUID, output: str) -> Run:
+    """``running`` → ``completed`` with the final answer."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _run_end(batch, run_id, RunStatus.COMPLETED, output=output)
+        batch.add(
+            RUN_END_EVENTS[RunStatus.COMPLETED],
+            {"output": output, "usage": _usage(run)},
+            run_id=run_id,
+        )
+    return run
+
+
+def run_fail(*, run_id: UUID, kind: str, message: str, retryable: bool = False) -> Run:
+    """The run failed: it records why (kind, message) and whether a retry may help."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _run_end(
+            batch,
+            run_id,
+            RunStatus.FAILED,
+            error_kind=kind,
+            error_message=message,
+            error_retryable=retryable,
+        )
+        batch.add(
+            RUN_END_EVENTS[RunStatus.FAILED],
+            {"error": {"kind": kind, "message": message, "retryable": retryable}},
+            run_id=run_id,
+        )
+    return run
+
+
+def run_time_out(*, run_id: UUID, message: str) -> Run:
+    """The run spent its time budget."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _run_end(
+            batch, run_id, RunStatus.TIMED_OUT, error_kind="timeout", error_message=message
+        )
+        batch.add(
+            RUN_END_EVENTS[RunStatus.TIMED_OUT],
+            {"error": {"kind": "timeout", "message": message, "retryable": False}},
+            run_id=run_id,
+        )
+    return run
+
+
+def run_cancel(*, run_id: UUID, reason: str = "") -> Run:
+    """Cancel a run now (from pending, running or awaiting input)."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _cancel(batch, run_id, reason)
+    return run
+
+
+def _cancel(batch: EventBatch, run_id: UUID, reason: str) -> Run:
+    run = _run_end(batch, run_id, RunStatus.CANCELED, cancel_reason=reason[:200])
+    batch.add(RUN_END_EVENTS[RunStatus.CANCELED], {"reason": reason}, run_id=run_id)
+    return run
+
+
+def run_request_cancel(*, run_id: UUID, reason: str = "") -> Run:
+    """Ask a run to stop.
+
+    A pending or waiting run has no loop stepping through it, so it is canceled at
+    once; a running run is flagged and its loop cancels it at the next step.
+    Asking again, or asking a finished run, changes nothing.
+    """
+    with recording(_session_of_run(run_id)) as batch:
+        run = _cancel_or_flag(batch, run_id, reason)
+    return run
+
+
+def _cancel_or_flag(batch: EventBatch, run_id: UUID, reason: str) -> Run:
+    run = Run.objects.get(pk=run_id)
+    if run.is_terminal:
+        return run
+    if run.status in (RunStatus.PENDING, RunStatus.AWAITING_INPUT):
+        return _cancel(batch, run_id, reason)
+    Run.objects.filter(pk=run_id, cancel_requested_at__isnull=True).update(
+        cancel_requested_at=timezone.now(), cancel_reason=reason[:200]
+    )
+    return Run.objects.get(pk=run_id)
+
+
+def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
+    """Stop every unfinished run of the session ``batch`` holds locked."""
+    open_ids = list(
+        Run.objects.filter(
+            session_id=batch.session_id,
+            status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
+        ).values_list("id", flat=True)
+    )
+    for run_id in open_ids:
+        _cancel_or_flag(batch, run_id, reason)
+    return len(open_ids)
+
+
+def run_await_input(*, run_id: UUID, kind: str, data: dict[str, Any]) -> Run:
+    """``running`` → ``awaiting_input``: a tool needs approval or the agent asks a question."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _transition(batch, run_id, RunStatus.AWAITING_INPUT)
+        batch.add(EventType.RUN_AWAITING_INPUT, {"kind": kind, **data}, run_id=run_id)
+    return run
+
+
+def run_resume(*, run_id: UUID) -> Run:
+    """``awaiting_input`` → ``running``: the answer arrived."""
+    with recording(_session_of_run(run_id)) as batch:
+        run = _transition(batch, run_id, RunStatus.RUNNING)
+        batch.add(EventType.RUN_RESUMED, {}, run_id=run_id)
+    return run
+
+
+def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str) -> RunEvent:
+    """Record that a policy rule decided something about a run."""
+    return event_append(
+        session_id=_session_of_run(run_id),
+        run_id=run_id,
+        type=EventType.POLICY_DECISION,
+        data={"rule": rule, "verdict": verdict, "reason": reason},
+    )
+
+
+# Turns
+
+
+def turn_start(
+    *, run_id: UUID, index: int, model: str, request_messages: list[dict[str, Any]]
+) -> Turn:
+    """Record that a turn began with these messages sent to the model."""
+    with recording(_session_of_run(run_id)) as batch:
+        try:
+            with transaction.atomic():
+                turn = Turn.objects.create(
+                    run_id=run_id, index=index, model=model, request_messages=request_messages
+                )
+        except IntegrityError as exc:
+            raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}") from exc
+        batch.add(
+            EventType.TURN_STARTED,
+            {"turn": str(turn.id), "index": index, "model": model},
+            run_id=run_id,
+        )
+    return turn
+
+
+def turn_complete(
+    *,
+    turn_id: UUID,
+    text: str,
+    tool_calls: list[dict[str, Any]],
+    input_tokens: int,
+    output_tokens: int,
+    latency_ms: int,
+    model: str = "",
+) -> Turn:
+    """Record the model's reply to a turn and add its token usage to the run's."""
+    turn = Turn.objects.select_related("run").get(pk=turn_id)
+    run = turn.run
+    with recording(run.session_id) as batch:
+        now = timezone.now()
+        changes: dict[str, Any] = {
+            "response_text": text,
+            "response_tool_calls": tool_calls,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "latency_ms": latency_ms,
+            "ended_at": now,
+        }
+        if model:
+            changes["model"] = model
+        Turn.objects.filter(pk=turn_id).update(**changes)
+        Run.objects.filter(pk=run.pk).update(
+            input_tokens=F("input_tokens") + input_tokens,
+            output_tokens=F("output_tokens") + output_tokens,
+            total_tokens=F("total_tokens") + input_tokens + output_tokens,
+        )
+        batch.add(
+            EventType.TURN_COMPLETED,
+            {
+                "turn": str(turn_id),
+                "index": turn.index,
+                "tool_calls": len(tool_calls),
+                "latency_ms": latency_ms,
+            },
+            run_id=run.pk,
+        )
+        if text:
+            batch.add(
+                EventType.MESSAGE_COMPLETED,
+                {"turn": str(turn_id), "role": "assistant", "text": text},
+                run_id=run.pk,
+            )
+        batch.add(
+            EventType.USAGE,
+            {
+                "turn": str(turn_id),
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "total_tokens": input_tokens + output_tokens,
+            },
+            run_id=run.pk,
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+# Tool calls
+
+
+def tool_call_start(
+    *,
+    turn_id: UUID,
+    index: int,
+    call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    requires_approval: bool = False,
+) -> ToolCall:
+    """Record a tool call the model asked for, scheduled and started at once."""
+    turn = Turn.objects.select_related("run").get(pk=turn_id)
+    run = turn.run
+    with recording(run.session_id) as batch:
+        now = timezone.now()
+        call = ToolCall.objects.create(
+            run_id=run.pk,
+            turn_id=turn_id,
+            session_id=run.session_id,
+            call_id=call_id,
+            index=index,
+            name=name,
+            arguments=arguments,
+            requires_approval=requires_approval,
+            status=ToolCallStatus.RUNNING,
+            attempt=1,
+            started_at=now,
+        )
+        batch.add(
+            EventType.TOOL_CALL_SCHEDULED,
+            {"tool_call": str(call.id), "name": name, "arguments": arguments},
+            run_id=run.pk,
+        )
+        batch.add(
+            EventType.TOOL_CALL_STARTED,
+            {"tool_call": str(call.id), "name": name, "attempt": 1},
+            run_id=run.pk,
+        )
+    return call
+
+
+def tool_call_finish(
+    *, tool_call_id: UUID, result: Any = None, error_kind: str = "", error_message: str = ""
+) -> ToolCall:
+    """Record how a running tool call ended: its result, or its error."""
+    call = ToolCall.objects.get(pk=tool_call_id)
+    with recording(call.session_id) as batch:
+        now = timezone.now()
+        duration = int((now - call.started_at).total_seconds() * 1000) if call.started_at else None
+        status = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
+        updated = ToolCall.objects.filter(pk=tool_call_id, status=ToolCallStatus.RUNNING).update(
+            status=status,
+            result=None if error_kind else result,
+            error_kind=error_kind,
+            error_message=error_message,
+            ended_at=now,
+            duration_ms=duration,
+        )
+        if not updated:
+            raise IllegalTransition(tool_call_id, call.status, status)
+        data: dict[str, Any] = {"tool_call": str(call.id), "name": call.name, "duration_ms": duration}
+        if error_kind:
+            data["error"] = {"kind": error_kind, "message": error_message}
+            batch.add(EventType.TOOL_CALL_FAILED, data, run_id=call.run_id)
+        else:
+            data["result"] = result
+            batch.add(EventType.TOOL_CALL_SUCCEEDED, data, run_id=call.run_id)
+    call.refresh_from_db()
+    return call

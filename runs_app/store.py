@@ -1,0 +1,312 @@
+"""The runtime's storage, implemented with the ORM and the services.
+
+The turn loop sees plain dataclasses; every write goes through a service, so the
+loop's records are the same rows, events and checks the API and admin produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from django.db import close_old_connections, transaction
+
+from goaai.runtime.types import (
+    MemoryRecord,
+    Message,
+    ModelReply,
+    RunContext,
+    RunError,
+    RunInfo,
+    SessionInfo,
+    ToolCallRequest,
+    ToolOutcome,
+    Usage,
+)
+from goaai.runtime.vocabulary import RunStatus
+from memory_app import selectors as memory_selectors
+from memory_app import services as memory_services
+from memory_app.models import MemoryEntry
+from runs_app import selectors, services
+from runs_app.events import publish_delta
+from runs_app.models import Run
+from sessions_app import services as session_services
+from sessions_app.models import Session
+from sessions_app.selectors import session_get
+
+
+def session_info(session: Session) -> SessionInfo:
+    return SessionInfo(
+        id=session.id,
+        owner_id=session.owner_id,
+        agent=session.agent,
+        title=session.title,
+        status=session.status,
+        metadata=session.metadata,
+        created_at=session.created_at,
+        ended_at=session.ended_at,
+    )
+
+
+def run_info(run: Run) -> RunInfo:
+    error = (
+        RunError(kind=run.error_kind, message=run.error_message, retryable=run.error_retryable)
+        if run.error_kind
+        else None
+    )
+    return RunInfo(
+        id=run.id,
+        session_id=run.session_id,
+        agent=run.agent,
+        status=run.status,
+        input=run.input,
+        output=run.output,
+        labels=run.labels,
+        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+        error=error,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        parent_run_id=run.parent_run_id,
+    )
+
+
+def memory_record(entry: MemoryEntry) -> MemoryRecord:
+    return MemoryRecord(
+        id=entry.id,
+        key=entry.key,
+        value=entry.value,
+        scope=entry.scope,
+        session_id=entry.session_id,
+        user_id=entry.user_id,
+        agent=entry.agent,
+        version=entry.version,
+        updated_at=entry.updated_at,
+        expires_at=entry.expires_at,
+    )
+
+
+class OrmRunStore:
+    # Sessions
+
+    def create_session(
+        self, *, owner_id: int, agent: str, title: str, metadata: dict[str, Any]
+    ) -> SessionInfo:
+        return session_info(
+            session_services.session_create(
+                owner_id=owner_id, agent=agent, title=title, metadata=metadata
+            )
+        )
+
+    def get_session(self, session_id: UUID) -> SessionInfo:
+        return session_info(session_get(session_id=session_id))
+
+    def end_session(self, session_id: UUID) -> SessionInfo:
+        return session_info(session_services.session_end(session_id=session_id))
+
+    # Runs
+
+    def create_run(
+        self,
+        *,
+        session_id: UUID,
+        agent: str,
+        input: str,
+        labels: dict[str, str],
+        metadata: dict[str, Any],
+        policy: dict[str, Any],
+    ) -> RunInfo:
+        run = services.run_create(
+            session_id=session_id,
+            agent=agent,
+            input=input,
+            labels=labels,
+            metadata=metadata,
+            policy=policy,
+        )
+        return run_info(run)
+
+    def get_run(self, run_id: UUID) -> RunInfo:
+        return run_info(selectors.run_get(run_id=run_id))
+
+    def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
+        return run_info(services.run_request_cancel(run_id=run_id, reason=reason))
+
+    # The turn loop
+
+    def begin_run(self, run_id: UUID) -> RunContext | None:
+        run = Run.objects.select_related("session").filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.PENDING:
+            return None
+        run = services.run_start(run_id=run_id)
+        history: list[Message] = []
+        for user_text, answer in selectors.session_history(session_id=run.session_id, before=run):
+            history.append(Message(role="user", content=user_text))
+            history.append(Message(role="assistant", content=answer))
+        return RunContext(
+            run_id=run.id,
+            session_id=run.session_id,
+            owner_id=run.session.owner_id,
+            agent=run.agent,
+            input=run.input,
+            labels=run.labels,
+            history=tuple(history),
+        )
+
+    def cancel_requested(self, run_id: UUID) -> str | None:
+        row = Run.objects.filter(pk=run_id).values_list("cancel_requested_at", "cancel_reason", "status").first()
+        if row is None:
+            return "run deleted"
+        requested_at, reason, status = row
+        if requested_at is not None or status == RunStatus.CANCELED:
+            return reason or "cancel requested"
+        return None
+
+    def start_turn(
+        self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
+    ) -> UUID:
+        return services.turn_start(
+            run_id=run_id, index=index, model=model, request_messages=messages
+        ).id
+
+    def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
+        services.turn_complete(
+            turn_id=turn_id,
+            text=reply.text,
+            tool_calls=[call.as_dict() for call in reply.tool_calls],
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            latency_ms=latency_ms,
+            model=reply.model,
+        )
+
+    def start_tool_call(
+        self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
+    ) -> UUID:
+        return services.tool_call_start(
+            turn_id=turn_id,
+            index=index,
+            call_id=request.id,
+            name=request.name,
+            arguments=request.arguments,
+            requires_approval=requires_approval,
+        ).id
+
+    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
+        services.tool_call_finish(
+            tool_call_id=tool_call_id,
+            result=outcome.result,
+            error_kind=outcome.error_kind,
+            error_message=outcome.error_message,
+        )
+
+    def finish_run(
+        self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
+    ) -> RunInfo:
+        if status == RunStatus.COMPLETED:
+            run = services.run_complete(run_id=run_id, output=output)
+        elif status == RunStatus.CANCELED:
+            reason = self.cancel_requested(run_id) or ""
+            run = services.run_cancel(run_id=run_id, reason=reason)
+        elif status == RunStatus.TIMED_OUT:
+            run = services.run_time_out(run_id=run_id, message=error.message if error else "")
+        else:
+            error = error or RunError(kind="internal", message="The run failed.")
+            run = services.run_fail(
+                run_id=run_id, kind=error.kind, message=error.message, retryable=error.retryable
+            )
+        return run_info(run)
+
+    def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
+        services.policy_decision_record(run_id=run_id, rule=rule, verdict=verdict, reason=reason)
+
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
+        publish_delta(context.session_id, context.run_id, turn_id, text)
+
+    # Memory
+
+    def store_memory(
+        self,
+        *,
+        key: str,
+        value: Any,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by_user: int | None = None,
+        written_by_run: UUID | None = None,
+        written_by_tool_call: UUID | None = None,
+    ) -> MemoryRecord:
+        entry = memory_services.memory_store(
+            key=key,
+            value=value,
+            scope=scope,
+            session_id=session_id,
+            user_id=user_id,
+            agent=agent,
+            expected_version=expected_version,
+            written_by_user_id=written_by_user,
+            written_by_run_id=written_by_run,
+            written_by_tool_call_id=written_by_tool_call,
+        )
+        return memory_record(entry)
+
+    def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
+        entry = memory_selectors.memory_resolve(key=key, session_id=session_id)
+        return memory_record(entry) if entry else None
+
+    def get_memory(
+        self,
+        *,
+        key: str,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+    ) -> MemoryRecord | None:
+        entry = memory_selectors.memory_get(
+            key=key, scope=scope, session_id=session_id, user_id=user_id, agent=agent
+        )
+        return memory_record(entry) if entry else None
+
+    def delete_memory(
+        self,
+        *,
+        key: str,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by_user: int | None = None,
+        written_by_run: UUID | None = None,
+        written_by_tool_call: UUID | None = None,
+    ) -> bool:
+        return memory_services.memory_delete(
+            key=key,
+            scope=scope,
+            session_id=session_id,
+            user_id=user_id,
+            agent=agent,
+            expected_version=expected_version,
+            written_by_user_id=written_by_user,
+            written_by_run_id=written_by_run,
+            written_by_tool_call_id=written_by_tool_call,
+        )
+
+    # Housekeeping
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        transaction.on_commit(callback)
+
+    @contextmanager
+    def worker(self) -> Iterator[None]:
+        close_old_connections()
+        try:
+            yield
+        finally:
+            close_old_connections()

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class SessionsAppConfig(AppConfig):
+    # An explicit label: "sessions" is taken by django.contrib.sessions.
+    name = "sessions_app"
+    label = "sessions_app"
+    verbose_name = "Chat sessions"
+    default_auto_field = "django.db.models.BigAutoField"

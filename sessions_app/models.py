@@ -1,0 +1,64 @@
+"""A session is one conversation between a user and an agent."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class SessionStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    ENDED = "ended", "Ended"
+
+
+class Session(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Deleting a user deletes their conversations: a session has no meaning, and no
+    # one allowed to read it, without its owner.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    agent = models.CharField(max_length=100)
+    title = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16, choices=SessionStatus.choices, default=SessionStatus.ACTIVE
+    )
+    # The sequence number of the session's newest RunEvent. Appending an event
+    # increments it in the same transaction, which serialises concurrent writers on
+    # this one row and gives gap-free, duplicate-free numbers.
+    last_event_seq = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="session_owner_created"),
+            models.Index(fields=["status", "-created_at"], name="session_status_created"),
+            models.Index(fields=["agent", "-created_at"], name="session_agent_created"),
+            models.Index(fields=["-created_at"], name="session_created"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=SessionStatus.values), name="session_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status=SessionStatus.ACTIVE, ended_at__isnull=True)
+                | models.Q(status=SessionStatus.ENDED, ended_at__isnull=False),
+                name="session_ended_at_matches_status",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(last_event_seq__gte=0), name="session_event_seq_non_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.id}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == SessionStatus.ACTIVE

@@ -1,0 +1,69 @@
+"""Shared fixtures: three personas, factories, and a runtime that executes inline.
+
+PostgreSQL-only tests carry ``@pytest.mark.postgres``. They run in the suite's
+PostgreSQL pass (``DATABASE_URL`` pointing at PostgreSQL); in the SQLite pass they
+are skipped with that reason. In CI (``CI=true``) the PostgreSQL pass is always
+run, so a missing server fails the build instead of skipping silently.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+from goaai.runtime import rt
+from tests.factories import UserFactory
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        return
+    skip = pytest.mark.skip(
+        reason="needs PostgreSQL: set DATABASE_URL=postgres://... (make test does when CI=true)"
+    )
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def owner(db):
+    """Alice: owns the sessions under test."""
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def other_user(db):
+    """Bob: a second user who must never see Alice's data."""
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def staff(db):
+    """Charlie: a staff operator."""
+    return UserFactory(username="charlie", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def inline_runtime():
+    """The runtime with runs executed in the calling thread once committed."""
+    rt.reset()
+    rt.configure(executor="inline")
+    yield rt
+    rt.reset()
+
+
+@pytest.fixture
+def thread_runtime():
+    """The runtime with its default pool of worker threads."""
+    rt.reset()
+    rt.configure(executor="thread")
+    yield rt
+    rt.reset()
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"

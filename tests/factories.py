@@ -1,0 +1,75 @@
+"""factory_boy factories for every model."""
+
+from __future__ import annotations
+
+import factory
+from django.contrib.auth import get_user_model
+
+from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus
+from memory_app.models import MemoryEntry, WriterKind
+from runs_app.models import Run, ToolCall, Turn
+from sessions_app.models import Session
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password("correct horse battery staple")
+
+
+class SessionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Session
+
+    owner = factory.SubFactory(UserFactory)
+    agent = "assistant"
+    title = factory.Sequence(lambda n: f"Conversation {n}")
+    metadata = factory.LazyFunction(dict)
+
+
+class RunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Run
+
+    session = factory.SubFactory(SessionFactory)
+    agent = "assistant"
+    input = "hello"
+    status = RunStatus.PENDING
+
+
+class TurnFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Turn
+
+    run = factory.SubFactory(RunFactory)
+    index = factory.Sequence(lambda n: n)
+    model = "scripted"
+
+
+class ToolCallFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ToolCall
+
+    turn = factory.SubFactory(TurnFactory)
+    run = factory.SelfAttribute("turn.run")
+    session = factory.SelfAttribute("turn.run.session")
+    index = factory.Sequence(lambda n: n)
+    name = "calculator"
+    arguments = factory.LazyFunction(lambda: {"expression": "1+1"})
+    status = ToolCallStatus.SUCCEEDED
+    result = factory.LazyFunction(lambda: {"value": 2})
+
+
+class MemoryEntryFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = MemoryEntry
+
+    key = factory.Sequence(lambda n: f"fact {n}")
+    value = "a value"
+    scope = MemoryScope.SESSION
+    session = factory.SubFactory(SessionFactory)
+    written_by_kind = WriterKind.SYSTEM
