@@ -22,9 +22,7 @@ from runs_app.models import Run
 MAX_KEY_LENGTH = 200
 
 
-def _writer(
-    user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None
-) -> dict[str, Any]:
+def _writer(user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None) -> dict[str, Any]:
     kind = WriterKind.RUN if run_id else WriterKind.USER if user_id else WriterKind.SYSTEM
     return {
         "kind": kind,
@@ -152,7 +150,9 @@ def memory_store(
             )
             if not updated:
                 current = MemoryEntry.objects.filter(pk=entry.pk).first()
-                raise MemoryConflict(f"The {scope} entry {key!r} changed concurrently.", current=current)
+                raise MemoryConflict(
+                    f"The {scope} entry {key!r} changed concurrently.", current=current
+                )
             entry.refresh_from_db()
             action = RevisionAction.UPDATED
         _revise(entry, action, entry.version, writer)
@@ -213,7 +213,9 @@ def memory_delete(
     return True
 
 
-def memory_delete_by_id(*, entry_id: UUID, expected_version: int | None = None, written_by_user_id: int | None = None) -> bool:
+def memory_delete_by_id(
+    *, entry_id: UUID, expected_version: int | None = None, written_by_user_id: int | None = None
+) -> bool:
     """Delete one entry by id (the admin and the API address entries this way)."""
     entry = MemoryEntry.objects.filter(pk=entry_id).first()
     if entry is None:
@@ -234,4 +236,3 @@ def memory_purge_expired(*, now: dt.datetime | None = None) -> int:
     cutoff = now or timezone.now()
     deleted, _ = MemoryEntry.objects.filter(expires_at__lte=cutoff).delete()
     return deleted
-

@@ -48,7 +48,9 @@ class EventBatch:
     pending: list[RunEvent] = field(default_factory=list)
 
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
-        self.pending.append(RunEvent(session_id=self.session_id, run_id=run_id, type=type, data=data))
+        self.pending.append(
+            RunEvent(session_id=self.session_id, run_id=run_id, type=type, data=data)
+        )
 
     def flush(self) -> list[RunEvent]:
         if not self.pending:
@@ -71,7 +73,7 @@ def _lock_session(session_id: UUID) -> EventBatch:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT last_event_seq, status, owner_id, agent FROM {table} WHERE id = %s{lock}",  # noqa: S608
-            [Session._meta.pk.get_db_prep_value(session_id, connection)],  # type: ignore[union-attr]
+            [Session._meta.pk.get_db_prep_value(session_id, connection)],
         )
         row = cursor.fetchone()
     if row is None:
@@ -120,7 +122,9 @@ def publish_events(events: list[RunEvent]) -> None:
             {"type": "session.events", "events": [event_as_dict(e) for e in events]},
         )
     except Exception:
-        logger.exception("Publishing %d events of session %s failed", len(events), events[0].session_id)
+        logger.exception(
+            "Publishing %d events of session %s failed", len(events), events[0].session_id
+        )
 
 
 def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:

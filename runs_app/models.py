@@ -26,7 +26,9 @@ class Run(models.Model):
     """One execution of an agent, started by one user message."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="runs")
+    session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="runs"
+    )
     agent = models.CharField(max_length=100)
     input = models.TextField()
     output = models.TextField(blank=True)
@@ -60,7 +62,8 @@ class Run(models.Model):
     cancel_reason = models.CharField(max_length=200, blank=True)
     # Idempotent creation: the same key on the same session returns the same run;
     # the fingerprint of the request body tells a replay from a conflicting reuse.
-    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # NULL (not "") when absent, so the unique constraint ignores keyless runs.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -77,7 +80,7 @@ class Run(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(status__in=RunStatus.__members__.values()),
+                condition=models.Q(status__in=[s.value for s in RunStatus]),
                 name="run_status_valid",
             ),
             models.CheckConstraint(
@@ -181,9 +184,11 @@ class ToolCall(models.Model):
             models.Index(fields=["-created_at"], name="toolcall_created"),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["turn", "index"], name="toolcall_index_unique_per_turn"),
+            models.UniqueConstraint(
+                fields=["turn", "index"], name="toolcall_index_unique_per_turn"
+            ),
             models.CheckConstraint(
-                condition=models.Q(status__in=ToolCallStatus.__members__.values()),
+                condition=models.Q(status__in=[s.value for s in ToolCallStatus]),
                 name="toolcall_status_valid",
             ),
         ]

@@ -13,7 +13,6 @@ import json
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -65,7 +64,7 @@ def run_create(
     labels: dict[str, str] | None = None,
     metadata: dict[str, Any] | None = None,
     policy: dict[str, Any] | None = None,
-    created_by: AbstractBaseUser | None = None,
+    created_by_id: int | None = None,
     parent_run_id: UUID | None = None,
     parent_tool_call_id: UUID | None = None,
     idempotency_key: str | None = None,
@@ -82,7 +81,7 @@ def run_create(
             labels=dict(labels or {}),
             metadata=dict(metadata or {}),
             policy=dict(policy or {}),
-            created_by=created_by,
+            created_by_id=created_by_id,
             parent_run_id=parent_run_id,
             parent_tool_call_id=parent_tool_call_id,
             idempotency_key=idempotency_key,
@@ -90,7 +89,12 @@ def run_create(
         )
         batch.add(
             EventType.RUN_CREATED,
-            {"agent": agent, "input": input, "labels": run.labels, "parent_run": _str(parent_run_id)},
+            {
+                "agent": agent,
+                "input": input,
+                "labels": run.labels,
+                "parent_run": _str(parent_run_id),
+            },
             run_id=run.id,
         )
         if parent_run_id is not None:
@@ -106,9 +110,7 @@ def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _transition(
-    batch: EventBatch, run_id: UUID, target: RunStatus, **changes: Any
-) -> Run:
+def _transition(batch: EventBatch, run_id: UUID, target: RunStatus, **changes: Any) -> Run:
     """Move a run to ``target`` if its current status allows it, in ``batch``'s
     transaction; :class:`IllegalTransition` otherwise."""
     allowed = sources_of(target)
@@ -415,7 +417,11 @@ def tool_call_finish(
         )
         if not updated:
             raise IllegalTransition(tool_call_id, call.status, status)
-        data: dict[str, Any] = {"tool_call": str(call.id), "name": call.name, "duration_ms": duration}
+        data: dict[str, Any] = {
+            "tool_call": str(call.id),
+            "name": call.name,
+            "duration_ms": duration,
+        }
         if error_kind:
             data["error"] = {"kind": error_kind, "message": error_message}
             batch.add(EventType.TOOL_CALL_FAILED, data, run_id=call.run_id)

@@ -156,7 +156,11 @@ class OrmRunStore:
         )
 
     def cancel_requested(self, run_id: UUID) -> str | None:
-        row = Run.objects.filter(pk=run_id).values_list("cancel_requested_at", "cancel_reason", "status").first()
+        row = (
+            Run.objects.filter(pk=run_id)
+            .values_list("cancel_requested_at", "cancel_reason", "status")
+            .first()
+        )
         if row is None:
             return "run deleted"
         requested_at, reason, status = row

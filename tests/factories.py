@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus
 from memory_app.models import MemoryEntry, WriterKind
@@ -32,6 +33,8 @@ class SessionFactory(factory.django.DjangoModelFactory):
 
 
 class RunFactory(factory.django.DjangoModelFactory):
+    """A run in any status; the timestamps match the status it is given."""
+
     class Meta:
         model = Run
 
@@ -39,6 +42,12 @@ class RunFactory(factory.django.DjangoModelFactory):
     agent = "assistant"
     input = "hello"
     status = RunStatus.PENDING
+    started_at = factory.LazyAttribute(
+        lambda run: None if run.status == RunStatus.PENDING else timezone.now()
+    )
+    ended_at = factory.LazyAttribute(
+        lambda run: timezone.now() if RunStatus(run.status).is_terminal else None
+    )
 
 
 class TurnFactory(factory.django.DjangoModelFactory):
@@ -65,6 +74,9 @@ class ToolCallFactory(factory.django.DjangoModelFactory):
 
 
 class MemoryEntryFactory(factory.django.DjangoModelFactory):
+    """A session-scoped entry; the traits ``user_scoped``, ``agent_scoped`` and
+    ``global_scoped`` give the other scopes with the owner each one needs."""
+
     class Meta:
         model = MemoryEntry
 
@@ -72,4 +84,13 @@ class MemoryEntryFactory(factory.django.DjangoModelFactory):
     value = "a value"
     scope = MemoryScope.SESSION
     session = factory.SubFactory(SessionFactory)
+    user = None
+    agent = ""
     written_by_kind = WriterKind.SYSTEM
+
+    class Params:
+        user_scoped = factory.Trait(
+            scope=MemoryScope.USER, session=None, user=factory.SubFactory(UserFactory)
+        )
+        agent_scoped = factory.Trait(scope=MemoryScope.AGENT, session=None, agent="assistant")
+        global_scoped = factory.Trait(scope=MemoryScope.GLOBAL, session=None)

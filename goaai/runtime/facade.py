@@ -92,38 +92,41 @@ class Runtime:
 
     @property
     def store(self) -> RunStore:
-        if self._store is None:
+        store = self._store
+        if store is None:
             from django.conf import settings
             from django.utils.module_loading import import_string
 
             with self._lock:
                 if self._store is None:
                     self._store = import_string(settings.GOAAI_RUNTIME_STORE)()
-        assert self._store is not None
-        return self._store
+                store = self._store
+        return store
 
     @property
     def agents(self) -> AgentRegistry:
-        if self._agents is None:
+        agents = self._agents
+        if agents is None:
             from django.conf import settings
 
             with self._lock:
                 if self._agents is None:
                     self._agents = default_registry(list(settings.GOAAI_AGENTS))
-        assert self._agents is not None
-        return self._agents
+                agents = self._agents
+        return agents
 
     @property
     def executor(self) -> Executor:
-        if self._executor is None:
+        executor = self._executor
+        if executor is None:
             from django.conf import settings
 
-            executor = self._build_executor(settings.GOAAI_EXECUTOR)
+            built = self._build_executor(settings.GOAAI_EXECUTOR)
             with self._lock:
                 if self._executor is None:
-                    self._executor = executor
-        assert self._executor is not None
-        return self._executor
+                    self._executor = built
+                executor = self._executor
+        return executor
 
     def loop(self) -> TurnLoop:
         return TurnLoop(

@@ -114,14 +114,10 @@ class TurnLoop:
                 messages=[m.as_dict() for m in messages],
             )
             turn_started = self.clock()
-            on_delta = None
-            if self.publish_delta is not None:
-                publish, current_turn = self.publish_delta, turn_id
-
-                def on_delta(text: str) -> None:
-                    publish(context, current_turn, text)
-
-            reply = model.complete(ModelRequest(messages=tuple(messages), tools=specs), on_delta)
+            reply = model.complete(
+                ModelRequest(messages=tuple(messages), tools=specs),
+                self._delta_sink(context, turn_id),
+            )
             self.store.complete_turn(
                 turn_id=turn_id,
                 reply=reply,
@@ -131,7 +127,9 @@ class TurnLoop:
                 return self.store.finish_run(
                     run_id=context.run_id, status=RunStatus.COMPLETED, output=reply.text
                 )
-            messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
+            messages.append(
+                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+            )
 
             for position, request in enumerate(reply.tool_calls):
                 self._check_between_steps(context, policy, started)
@@ -177,6 +175,12 @@ class TurnLoop:
             rule="max_turns",
             reason=f"Limit of {policy.max_turns} turns reached.",
         )
+
+    def _delta_sink(self, context: RunContext, turn_id: UUID) -> Callable[[str], None] | None:
+        publish = self.publish_delta
+        if publish is None:
+            return None
+        return lambda text: publish(context, turn_id, text)
 
     def _initial_messages(self, agent: Agent, context: RunContext) -> list[Message]:
         messages: list[Message] = []

@@ -66,7 +66,12 @@ class ToolCallStatus(StrEnum):
 
 
 TERMINAL_TOOL_CALL_STATUSES = frozenset(
-    {ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED, ToolCallStatus.CANCELED, ToolCallStatus.DENIED}
+    {
+        ToolCallStatus.SUCCEEDED,
+        ToolCallStatus.FAILED,
+        ToolCallStatus.CANCELED,
+        ToolCallStatus.DENIED,
+    }
 )
 
 

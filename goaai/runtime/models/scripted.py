@@ -31,16 +31,18 @@ from typing import Any
 from goaai.runtime.models.base import DeltaCallback, ModelRequest
 from goaai.runtime.types import Message, ModelReply, ToolCallRequest, Usage
 
-_ARITHMETIC = re.compile(r"^[0-9a-z\s.+\-*/%^()×÷,]+$")
-_HAS_OPERATOR = re.compile(r"[+\-*/%^×÷]|\b(sqrt|log|log10|exp|sin|cos|tan|abs|round|floor|ceil)\(")
+_ARITHMETIC = re.compile(r"^[0-9a-z\s.+\-*/%^()\u00d7\u00f7,]+$")
+_HAS_OPERATOR = re.compile(
+    r"[+\-*/%^\u00d7\u00f7]|\b(sqrt|log|log10|exp|sin|cos|tan|abs|round|floor|ceil)\("
+)
 _TIME_ZONE = re.compile(r"\bin\s+([A-Za-z_]+(?:/[A-Za-z_+\-]+)+|UTC)\b")
 _TRAILING = " ?!.\t\n"
 
 HELP_TEXT = (
     "I'm goaai's offline scripted assistant. I can remember things "
-    "(\"remember my favourite colour is green\"), recall them (\"what is my favourite "
-    "colour?\"), forget them, calculate (\"calculate 2 * (3 + 4)\"), tell the time "
-    "(\"what time is it in Europe/Rome?\") and repeat text (\"echo hello\")."
+    '("remember my favourite colour is green"), recall them ("what is my favourite '
+    'colour?"), forget them, calculate ("calculate 2 * (3 + 4)"), tell the time '
+    '("what time is it in Europe/Rome?") and repeat text ("echo hello").'
 )
 
 
@@ -81,8 +83,8 @@ def understand(text: str) -> Intent:
         parts = re.split(r"\s+(?:is|are)\s+|\s*[:=]\s*", match.group(2), maxsplit=1)
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
             return Intent(
-                reply="Tell me what to remember as \"remember <something> is <value>\", "
-                "for example \"remember my favourite colour is green\"."
+                reply='Tell me what to remember as "remember <something> is <value>", '
+                'for example "remember my favourite colour is green".'
             )
         key, possessive = _strip_owner(parts[0])
         return Intent(
@@ -102,9 +104,9 @@ def understand(text: str) -> Intent:
     if _is_arithmetic(message):
         return Intent(tool="calculator", arguments={"expression": message})
 
-    if re.search(r"\b(what time|what day|what's the date|what is the date|current time)\b", lowered) or re.match(
-        r"^(time|date|now)\b", lowered
-    ):
+    if re.search(
+        r"\b(what time|what day|what's the date|what is the date|current time)\b", lowered
+    ) or re.match(r"^(time|date|now)\b", lowered):
         zone = _TIME_ZONE.search(message)
         return Intent(tool="clock_now", arguments={"timezone": zone.group(1) if zone else "UTC"})
 
@@ -133,7 +135,9 @@ def _clock_sentence(result: dict[str, Any]) -> str:
     # "2026-11-29T14:05:09+00:00" -> "14:05 on Sunday 2026-11-29"
     iso = str(result.get("iso", ""))
     date, _, rest = iso.partition("T")
-    return f"It's {rest[:5]} on {result.get('weekday', '')} {date} ({result.get('timezone', 'UTC')})."
+    return (
+        f"It's {rest[:5]} on {result.get('weekday', '')} {date} ({result.get('timezone', 'UTC')})."
+    )
 
 
 def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
@@ -145,12 +149,13 @@ def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
     key = str(result.get("key", ""))
     if tool_name == "memory_store":
         where = "in every conversation" if result.get("scope") == "user" else "in this conversation"
-        return f"Got it. I'll remember {where} that {_subject(key, intent.possessive)} is {result.get('value')}."
+        subject = _subject(key, intent.possessive)
+        return f"Got it. I'll remember {where} that {subject} is {result.get('value')}."
     if tool_name == "memory_recall":
         if not result.get("found"):
             return (
                 f"I don't know {_subject(key, intent.possessive)} yet. Tell me with "
-                f"\"remember {'my ' if intent.possessive else ''}{key} is ...\"."
+                f'"remember {"my " if intent.possessive else ""}{key} is ...".'
             )
         subject = _subject(key, intent.possessive)
         return f"{subject[0].upper()}{subject[1:]} is {result.get('value')}."
@@ -194,17 +199,24 @@ class ScriptedModel:
         if tool_results:
             text = self._after_tools(intent, since_user)
             _stream(text, on_delta)
-            return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
+            return ModelReply(
+                text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name
+            )
 
         available = {spec.name for spec in request.tools}
         if intent.tool and intent.tool in available:
-            call = ToolCallRequest(id="call_1", name=intent.tool, arguments=dict(intent.arguments or {}))
+            call = ToolCallRequest(
+                id="call_1", name=intent.tool, arguments=dict(intent.arguments or {})
+            )
             return ModelReply(
                 tool_calls=(call,),
                 usage=Usage(usage_in, _estimate_tokens(str(call.arguments))),
                 model=self.name,
             )
-        text = intent.reply or f"I would use the {intent.tool} tool for that, but I don't have it here."
+        text = (
+            intent.reply
+            or f"I would use the {intent.tool} tool for that, but I don't have it here."
+        )
         _stream(text, on_delta)
         return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
 

@@ -132,7 +132,7 @@ def tool(
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (hints[param.name], default)
         tool_name = name or func.__name__
-        model = pydantic.create_model(  # type: ignore[call-overload]
+        model = pydantic.create_model(
             f"{tool_name}_arguments",
             __config__=pydantic.ConfigDict(extra="forbid", strict=False),
             **fields,

@@ -51,7 +51,7 @@ _CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
 def evaluate(expression: str) -> int | float:
     """The value of an arithmetic expression, or :class:`ToolRejected` saying why not."""
-    text = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
+    text = expression.strip().replace("^", "**").replace("\u00d7", "*").replace("\u00f7", "/")
     if not text:
         raise ToolRejected("The expression is empty.")
     if len(text) > MAX_EXPRESSION_LENGTH:
@@ -68,6 +68,8 @@ def evaluate(expression: str) -> int | float:
         raise ToolRejected(f"Cannot compute {expression!r}: {exc}") from exc
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
+    if not isinstance(value, int | float):
+        raise ToolRejected(f"Cannot compute {expression!r}: not a number.")
     return value
 
 

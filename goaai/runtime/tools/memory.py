@@ -10,11 +10,14 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from goaai.runtime.tools.base import ToolContext, ToolRejected, tool
-from goaai.runtime.vocabulary import MemoryScope
 
 Key = Annotated[
     str,
-    Field(description="A short name for the fact, e.g. 'favourite colour'.", min_length=1, max_length=200),
+    Field(
+        description="A short name for the fact, e.g. 'favourite colour'.",
+        min_length=1,
+        max_length=200,
+    ),
 ]
 WritableScope = Annotated[
     Literal["session", "user"],
@@ -39,12 +42,17 @@ def memory_store(
         key=normalise_key(key),
         value=value,
         scope=scope,
-        session_id=context.session_id if scope == MemoryScope.SESSION else None,
-        user_id=context.owner_id if scope == MemoryScope.USER else None,
+        session_id=context.session_id if scope == "session" else None,
+        user_id=context.owner_id if scope == "user" else None,
         written_by_run=context.run_id,
         written_by_tool_call=context.tool_call_id,
     )
-    return {"key": record.key, "value": record.value, "scope": record.scope, "version": record.version}
+    return {
+        "key": record.key,
+        "value": record.value,
+        "scope": record.scope,
+        "version": record.version,
+    }
 
 
 @tool(name="memory_recall", idempotent=True)
@@ -57,16 +65,20 @@ def memory_recall(key: Key, context: ToolContext) -> dict[str, Any]:
 
 
 @tool(name="memory_forget")
-def memory_forget(key: Key, context: ToolContext, scope: WritableScope = "session") -> dict[str, Any]:
+def memory_forget(
+    key: Key, context: ToolContext, scope: WritableScope = "session"
+) -> dict[str, Any]:
     """Forget a remembered fact."""
     deleted = context.store.delete_memory(
         key=normalise_key(key),
         scope=scope,
-        session_id=context.session_id if scope == MemoryScope.SESSION else None,
-        user_id=context.owner_id if scope == MemoryScope.USER else None,
+        session_id=context.session_id if scope == "session" else None,
+        user_id=context.owner_id if scope == "user" else None,
         written_by_run=context.run_id,
         written_by_tool_call=context.tool_call_id,
     )
     if not deleted:
-        raise ToolRejected(f"Nothing is remembered under {normalise_key(key)!r} in the {scope} scope.")
+        raise ToolRejected(
+            f"Nothing is remembered under {normalise_key(key)!r} in the {scope} scope."
+        )
     return {"key": normalise_key(key), "scope": scope, "forgotten": True}
