@@ -103,7 +103,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Production serves collected files; elsewhere WhiteNoise serves them from the apps.
+STATIC_ROOT = env_str("STATIC_ROOT") or (str(BASE_DIR / "staticfiles") if PRODUCTION else None)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
