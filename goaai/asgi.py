@@ -11,3 +11,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
 django_asgi_app = get_asgi_application()
 
 application = ProtocolTypeRouter({"http": django_asgi_app})
+
+# A server that starts takes up the runs a crashed predecessor left behind.
+from goaai.runtime import rt  # noqa: E402
+
+rt.start_background()

@@ -8,6 +8,7 @@ its values as environment variables.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -53,6 +54,17 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_json(name: str, default: Any) -> Any:
+    """A JSON-valued variable, parsed; ``default`` when it is unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from exc
 
 
 def env_database(name: str, default: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from goaai.env import env_bool, env_database, env_int, env_list, env_str
+from goaai.env import env_bool, env_database, env_int, env_json, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -152,6 +152,25 @@ GOAAI_RUNTIME_STORE = "runs_app.store.OrmRunStore"
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
 GOAAI_RUN_WAIT_SECONDS = env_int("GOAAI_RUN_WAIT_SECONDS", 300)
+# A worker holds a lease on the run it executes and renews it every third of this;
+# a run whose lease expired lost its worker and is taken up by another.
+GOAAI_RUN_LEASE_SECONDS = env_int("GOAAI_RUN_LEASE_SECONDS", 60)
+# How often each server or worker process looks for such runs (0: never).
+GOAAI_REAPER_INTERVAL = env_int("GOAAI_REAPER_INTERVAL", 15)
+# Label rules tighten the policy of runs carrying the labels in "match"
+# (goaai.runtime.policy.LabelRule). A JSON list in GOAAI_LABEL_RULES replaces these.
+GOAAI_LABEL_RULES = env_json(
+    "GOAAI_LABEL_RULES",
+    [
+        {
+            "name": "free_tier",
+            "match": {"tier": "free"},
+            "max_tool_calls": 3,
+            "blocked_toolsets": ["http"],
+        },
+        {"name": "review_required", "match": {"review": "required"}, "approval_required": ["*"]},
+    ],
+)
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=True)

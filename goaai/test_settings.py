@@ -12,3 +12,5 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+# Tests start reapers themselves when they want one.
+GOAAI_REAPER_INTERVAL = 0

@@ -60,6 +60,16 @@ class Run(models.Model):
     error_retryable = models.BooleanField(default=False)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=200, blank=True)
+    # What an ``awaiting_input`` run waits for: {"kind": "approval"|"question",
+    # "tool_call": id, "question": text}; null otherwise.
+    awaiting = models.JSONField(null=True, blank=True)
+    awaiting_since = models.DateTimeField(null=True, blank=True)
+    # Time spent waiting for people, which the policy's time budget does not count.
+    paused_seconds = models.FloatField(default=0)
+    # The worker executing the run holds a lease it keeps renewing; a run whose
+    # lease expired lost its worker and is taken up again by another.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Idempotent creation: the same key on the same session returns the same run;
     # the fingerprint of the request body tells a replay from a conflicting reuse.
     # NULL (not "") when absent, so the unique constraint ignores keyless runs.
@@ -77,6 +87,7 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -164,6 +175,11 @@ class ToolCall(models.Model):
         related_name="+",
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    decision = models.CharField(
+        max_length=16,
+        choices=[("approved", "Approved"), ("denied", "Denied"), ("answered", "Answered")],
+        blank=True,
+    )
     decision_reason = models.TextField(blank=True)
     # How many times execution of the call began (a resumed run may retry an
     # idempotent tool whose worker died mid-call).

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
 from goaai.runtime.vocabulary import RunStatus
-from runs_app.models import Run, RunEvent
+from runs_app.models import Run, RunEvent, ToolCall, Turn
 
 
 def run_get(*, run_id: UUID) -> Run:
@@ -46,3 +48,40 @@ def session_history(*, session_id: UUID, before: Run) -> list[tuple[str, str]]:
 def events_after(*, session_id: UUID, after: int = 0, limit: int = 1000) -> QuerySet[RunEvent]:
     """The session's events with ``seq > after``, oldest first."""
     return RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit]
+
+
+def run_turns(*, run_id: UUID) -> QuerySet[Turn]:
+    """A run's turns in order, with their tool calls in order."""
+    return (
+        Turn.objects.filter(run_id=run_id)
+        .order_by("index")
+        .prefetch_related(Prefetch("tool_calls", queryset=ToolCall.objects.order_by("index")))
+    )
+
+
+def run_depth(*, run: Run) -> int:
+    """How many parent runs stand above ``run`` (0 for a run a person started)."""
+    depth, parent_id = 0, run.parent_run_id
+    while parent_id is not None and depth < 10:
+        depth += 1
+        parent_id = Run.objects.filter(pk=parent_id).values_list("parent_run_id", flat=True).first()
+    return depth
+
+
+def runs_without_worker(*, limit: int = 100, grace_seconds: float = 30.0) -> list[UUID]:
+    """Top-level runs that no live worker holds: running whose lease expired (or was
+    released after an answer), and pending ones nobody claimed within the grace
+    period (their hand-off to an executor was lost)."""
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=grace_seconds)
+    rows = (
+        Run.objects.filter(parent_run__isnull=True)
+        .filter(
+            Q(status=RunStatus.RUNNING, lease_expires_at__isnull=True, updated_at__lt=stale)
+            | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+            | Q(status=RunStatus.PENDING, created_at__lt=stale)
+        )
+        .order_by("created_at")
+        .values_list("id", flat=True)[:limit]
+    )
+    return list(rows)

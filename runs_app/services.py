@@ -8,6 +8,7 @@ the target, so two writers racing (a cancel and a completion, say) cannot both w
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from typing import Any
@@ -18,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
+from goaai.runtime.policy import Decision
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
     EventType,
@@ -69,8 +71,13 @@ def run_create(
     parent_tool_call_id: UUID | None = None,
     idempotency_key: str | None = None,
     fingerprint: str = "",
+    policy_decisions: list[Decision] | None = None,
 ) -> Run:
-    """Create a pending run in an active session (:class:`SessionEnded` otherwise)."""
+    """Create a pending run in an active session (:class:`SessionEnded` otherwise).
+
+    ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
+    as a ``policy.decision`` event of the new run.
+    """
     with recording(session_id) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
@@ -97,6 +104,12 @@ def run_create(
             },
             run_id=run.id,
         )
+        for decision in policy_decisions or []:
+            batch.add(
+                EventType.POLICY_DECISION,
+                {"rule": decision.rule, "verdict": decision.verdict, "reason": decision.reason},
+                run_id=run.id,
+            )
         if parent_run_id is not None:
             batch.add(
                 EventType.RUN_CHILD_LINKED,
@@ -224,12 +237,17 @@ def _cancel_or_flag(batch: EventBatch, run_id: UUID, reason: str) -> Run:
     run = Run.objects.get(pk=run_id)
     if run.is_terminal:
         return run
-    if run.status in (RunStatus.PENDING, RunStatus.AWAITING_INPUT):
+    if run.status in (RunStatus.PENDING, RunStatus.AWAITING_INPUT) or not _lease_live(run):
+        # No loop is stepping through this run to see a flag: cancel it now.
         return _cancel(batch, run_id, reason)
     Run.objects.filter(pk=run_id, cancel_requested_at__isnull=True).update(
         cancel_requested_at=timezone.now(), cancel_reason=reason[:200]
     )
     return Run.objects.get(pk=run_id)
+
+
+def _lease_live(run: Run) -> bool:
+    return run.lease_expires_at is not None and run.lease_expires_at > timezone.now()
 
 
 def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
@@ -246,19 +264,185 @@ def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
 
 
 def run_await_input(*, run_id: UUID, kind: str, data: dict[str, Any]) -> Run:
-    """``running`` → ``awaiting_input``: a tool needs approval or the agent asks a question."""
+    """``running`` → ``awaiting_input``: a tool needs approval or the agent asks a
+    question. The worker's lease is released: nobody executes a waiting run."""
     with recording(_session_of_run(run_id)) as batch:
-        run = _transition(batch, run_id, RunStatus.AWAITING_INPUT)
-        batch.add(EventType.RUN_AWAITING_INPUT, {"kind": kind, **data}, run_id=run_id)
+        awaiting = {"kind": kind, **data}
+        run = _transition(
+            batch,
+            run_id,
+            RunStatus.AWAITING_INPUT,
+            awaiting=awaiting,
+            awaiting_since=timezone.now(),
+            lease_owner="",
+            lease_expires_at=None,
+        )
+        batch.add(EventType.RUN_AWAITING_INPUT, awaiting, run_id=run_id)
+    return run
+
+
+def _resume(batch: EventBatch, run_id: UUID, **data: Any) -> Run:
+    run = Run.objects.get(pk=run_id)
+    paused = (timezone.now() - run.awaiting_since).total_seconds() if run.awaiting_since else 0.0
+    run = _transition(
+        batch,
+        run_id,
+        RunStatus.RUNNING,
+        awaiting=None,
+        awaiting_since=None,
+        paused_seconds=F("paused_seconds") + paused,
+        lease_owner="",
+        lease_expires_at=None,
+    )
+    batch.add(EventType.RUN_RESUMED, {"waited_seconds": round(paused, 3), **data}, run_id=run_id)
     return run
 
 
 def run_resume(*, run_id: UUID) -> Run:
-    """``awaiting_input`` → ``running``: the answer arrived."""
+    """``awaiting_input`` → ``running``: the answer arrived. The run has no worker
+    until an executor claims it again."""
     with recording(_session_of_run(run_id)) as batch:
-        run = _transition(batch, run_id, RunStatus.RUNNING)
-        batch.add(EventType.RUN_RESUMED, {}, run_id=run_id)
+        run = _resume(batch, run_id)
     return run
+
+
+def run_respond(
+    *,
+    run_id: UUID,
+    tool_call_id: UUID | None = None,
+    decision: str = "",
+    reason: str = "",
+    answer: str | None = None,
+    decided_by_id: int | None = None,
+) -> Run:
+    """Answer what a waiting run asks: approve or deny a tool call, or answer a
+    question. The run becomes ``running`` again, ready to be claimed.
+
+    Raises :class:`IllegalTransition` when the run is not waiting, or waits for
+    something other than what the answer addresses (an answer that came too late).
+    """
+    with recording(_session_of_run(run_id)) as batch:
+        run = Run.objects.get(pk=run_id)
+        awaiting = run.awaiting or {}
+        if run.status != RunStatus.AWAITING_INPUT:
+            raise IllegalTransition(run_id, run.status, "answered")
+        waited_call = UUID(str(awaiting.get("tool_call")))
+        if tool_call_id is not None and tool_call_id != waited_call:
+            raise IllegalTransition(
+                run_id, f"waiting on tool call {waited_call}", f"an answer for {tool_call_id}"
+            )
+        now = timezone.now()
+        call = ToolCall.objects.get(pk=waited_call)
+        if awaiting.get("kind") == "question":
+            if answer is None:
+                raise IllegalTransition(run_id, "waiting for an answer", "a decision")
+            ToolCall.objects.filter(pk=call.pk).update(
+                status=ToolCallStatus.SUCCEEDED,
+                result={"answer": answer},
+                decision="answered",
+                decided_by_id=decided_by_id,
+                decided_at=now,
+                attempt=F("attempt") + 1,
+                started_at=call.created_at,
+                ended_at=now,
+                duration_ms=int((now - call.created_at).total_seconds() * 1000),
+            )
+            batch.add(
+                EventType.TOOL_CALL_DECIDED,
+                {
+                    "tool_call": str(call.pk),
+                    "name": call.name,
+                    "decision": "answered",
+                    "decided_by": decided_by_id,
+                },
+                run_id=run_id,
+            )
+            batch.add(
+                EventType.TOOL_CALL_SUCCEEDED,
+                {"tool_call": str(call.pk), "name": call.name, "result": {"answer": answer}},
+                run_id=run_id,
+            )
+        else:
+            if decision not in ("approve", "deny"):
+                raise IllegalTransition(run_id, "waiting for approval", f"decision {decision!r}")
+            approved = decision == "approve"
+            changes: dict[str, Any] = {
+                "decision": "approved" if approved else "denied",
+                "decision_reason": reason,
+                "decided_by_id": decided_by_id,
+                "decided_at": now,
+            }
+            if not approved:
+                changes.update(
+                    status=ToolCallStatus.DENIED,
+                    error_kind="domain_rejection",
+                    error_message="Denied" + (f": {reason}" if reason else "."),
+                    ended_at=now,
+                )
+            ToolCall.objects.filter(pk=call.pk).update(**changes)
+            batch.add(
+                EventType.TOOL_CALL_DECIDED,
+                {
+                    "tool_call": str(call.pk),
+                    "name": call.name,
+                    "decision": changes["decision"],
+                    "reason": reason,
+                    "decided_by": decided_by_id,
+                },
+                run_id=run_id,
+            )
+        return _resume(batch, run_id, answered=awaiting.get("kind"))
+
+
+def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Run | None:
+    """Take a run for execution under a lease; ``None`` if it is not claimable.
+
+    A pending run starts (``run.started``); a running run that no live worker holds
+    (its lease expired, or it was released after an answer) is taken over, and
+    taking over from a dead worker is recorded as ``run.resumed``.
+    """
+    now = timezone.now()
+    expires = now + dt.timedelta(seconds=lease_seconds)
+    session_id = _session_of_run(run_id)
+    with recording(session_id) as batch:
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None or run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+            return None
+        if run.status == RunStatus.PENDING:
+            run = _transition(
+                batch,
+                run_id,
+                RunStatus.RUNNING,
+                started_at=now,
+                lease_owner=owner,
+                lease_expires_at=expires,
+            )
+            batch.add(EventType.RUN_STARTED, {"agent": run.agent, "worker": owner}, run_id=run_id)
+            return run
+        if _lease_live(run):
+            return None
+        taken = Run.objects.filter(
+            pk=run_id, status=RunStatus.RUNNING, lease_owner=run.lease_owner
+        ).update(lease_owner=owner, lease_expires_at=expires)
+        if not taken:
+            return None
+        if run.lease_owner:
+            batch.add(
+                EventType.RUN_RESUMED,
+                {"reason": "worker_lost", "previous_worker": run.lease_owner, "worker": owner},
+                run_id=run_id,
+            )
+    return Run.objects.get(pk=run_id)
+
+
+def run_renew_lease(*, run_id: UUID, owner: str, lease_seconds: float) -> bool:
+    """Extend the lease ``owner`` holds; ``False`` if it holds it no more."""
+    expires = timezone.now() + dt.timedelta(seconds=lease_seconds)
+    return bool(
+        Run.objects.filter(pk=run_id, lease_owner=owner, status=RunStatus.RUNNING).update(
+            lease_expires_at=expires
+        )
+    )
 
 
 def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str) -> RunEvent:
@@ -290,6 +474,18 @@ def turn_start(
             EventType.TURN_STARTED,
             {"turn": str(turn.id), "index": index, "model": model},
             run_id=run_id,
+        )
+    return turn
+
+
+def turn_restart(*, turn_id: UUID) -> Turn:
+    """A turn whose reply was lost with its worker is asked again."""
+    turn = Turn.objects.select_related("run").get(pk=turn_id)
+    with recording(turn.run.session_id) as batch:
+        batch.add(
+            EventType.TURN_STARTED,
+            {"turn": str(turn.id), "index": turn.index, "model": turn.model, "restarted": True},
+            run_id=turn.run_id,
         )
     return turn
 
@@ -358,7 +554,7 @@ def turn_complete(
 # Tool calls
 
 
-def tool_call_start(
+def tool_call_schedule(
     *,
     turn_id: UUID,
     index: int,
@@ -367,11 +563,10 @@ def tool_call_start(
     arguments: dict[str, Any],
     requires_approval: bool = False,
 ) -> ToolCall:
-    """Record a tool call the model asked for, scheduled and started at once."""
+    """Record a tool call the model asked for; one that needs approval asks for it."""
     turn = Turn.objects.select_related("run").get(pk=turn_id)
     run = turn.run
     with recording(run.session_id) as batch:
-        now = timezone.now()
         call = ToolCall.objects.create(
             run_id=run.pk,
             turn_id=turn_id,
@@ -381,21 +576,64 @@ def tool_call_start(
             name=name,
             arguments=arguments,
             requires_approval=requires_approval,
-            status=ToolCallStatus.RUNNING,
-            attempt=1,
-            started_at=now,
+            status=ToolCallStatus.SCHEDULED,
         )
         batch.add(
             EventType.TOOL_CALL_SCHEDULED,
-            {"tool_call": str(call.id), "name": name, "arguments": arguments},
+            {
+                "tool_call": str(call.id),
+                "name": name,
+                "arguments": arguments,
+                "requires_approval": requires_approval,
+            },
             run_id=run.pk,
         )
+        if requires_approval:
+            batch.add(
+                EventType.TOOL_CALL_APPROVAL_REQUESTED,
+                {"tool_call": str(call.id), "name": name, "arguments": arguments},
+                run_id=run.pk,
+            )
+    return call
+
+
+def tool_call_begin(*, tool_call_id: UUID) -> ToolCall:
+    """A scheduled call starts executing (or an interrupted one starts again)."""
+    call = ToolCall.objects.get(pk=tool_call_id)
+    with recording(call.session_id) as batch:
+        updated = ToolCall.objects.filter(
+            pk=tool_call_id, status__in=[ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING]
+        ).update(status=ToolCallStatus.RUNNING, attempt=F("attempt") + 1, started_at=timezone.now())
+        if not updated:
+            raise IllegalTransition(tool_call_id, call.status, ToolCallStatus.RUNNING)
+        call.refresh_from_db()
         batch.add(
             EventType.TOOL_CALL_STARTED,
-            {"tool_call": str(call.id), "name": name, "attempt": 1},
-            run_id=run.pk,
+            {"tool_call": str(call.id), "name": call.name, "attempt": call.attempt},
+            run_id=call.run_id,
         )
     return call
+
+
+def tool_call_start(
+    *,
+    turn_id: UUID,
+    index: int,
+    call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    requires_approval: bool = False,
+) -> ToolCall:
+    """Schedule a tool call and start it at once (a call that needs no approval)."""
+    call = tool_call_schedule(
+        turn_id=turn_id,
+        index=index,
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        requires_approval=requires_approval,
+    )
+    return tool_call_begin(tool_call_id=call.id)
 
 
 def tool_call_finish(

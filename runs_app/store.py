@@ -12,7 +12,9 @@ from typing import Any
 from uuid import UUID
 
 from django.db import close_old_connections, transaction
+from django.utils import timezone
 
+from goaai.runtime.policy import Decision
 from goaai.runtime.types import (
     MemoryRecord,
     Message,
@@ -22,7 +24,9 @@ from goaai.runtime.types import (
     RunInfo,
     SessionInfo,
     ToolCallRequest,
+    ToolCallState,
     ToolOutcome,
+    TurnState,
     Usage,
 )
 from goaai.runtime.vocabulary import RunStatus
@@ -31,10 +35,42 @@ from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
 from runs_app import selectors, services
 from runs_app.events import publish_delta
-from runs_app.models import Run
+from runs_app.models import Run, Turn
 from sessions_app import services as session_services
 from sessions_app.models import Session
 from sessions_app.selectors import session_get
+
+# How many remembered facts a run is shown at its start.
+MEMORY_CONTEXT_LIMIT = 20
+
+
+def _turn_state(turn: Turn) -> TurnState:
+    return TurnState(
+        id=turn.id,
+        index=turn.index,
+        request_messages=tuple(Message.from_dict(m) for m in turn.request_messages),
+        ended=turn.ended_at is not None,
+        response_text=turn.response_text,
+        response_tool_calls=tuple(ToolCallRequest.from_dict(c) for c in turn.response_tool_calls),
+        tool_calls=tuple(
+            ToolCallState(
+                id=call.id,
+                index=call.index,
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
+                status=call.status,
+                result=call.result,
+                error_kind=call.error_kind,
+                error_message=call.error_message,
+                requires_approval=call.requires_approval,
+                decision=call.decision,
+                decision_reason=call.decision_reason,
+                attempt=call.attempt,
+            )
+            for call in turn.tool_calls.all()
+        ),
+    )
 
 
 def session_info(session: Session) -> SessionInfo:
@@ -117,6 +153,8 @@ class OrmRunStore:
         labels: dict[str, str],
         metadata: dict[str, Any],
         policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
+        created_by_id: int | None = None,
     ) -> RunInfo:
         run = services.run_create(
             session_id=session_id,
@@ -125,6 +163,8 @@ class OrmRunStore:
             labels=labels,
             metadata=metadata,
             policy=policy,
+            policy_decisions=policy_decisions,
+            created_by_id=created_by_id,
         )
         return run_info(run)
 
@@ -134,17 +174,68 @@ class OrmRunStore:
     def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
         return run_info(services.run_request_cancel(run_id=run_id, reason=reason))
 
+    def respond(
+        self,
+        run_id: UUID,
+        *,
+        tool_call_id: UUID | None,
+        decision: str,
+        reason: str,
+        answer: str | None,
+        decided_by_id: int | None,
+    ) -> RunInfo:
+        run = services.run_respond(
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            decision=decision,
+            reason=reason,
+            answer=answer,
+            decided_by_id=decided_by_id,
+        )
+        return run_info(run)
+
+    def create_child_run(
+        self, *, parent_run_id: UUID, parent_tool_call_id: UUID, agent: str, input: str
+    ) -> RunInfo:
+        from goaai.runtime import rt
+
+        parent = Run.objects.only("session_id", "labels").get(pk=parent_run_id)
+        spec = rt.agents.get(agent)
+        policy, decisions = rt.policy_for(spec, parent.labels)
+        run = services.run_create(
+            session_id=parent.session_id,
+            agent=agent,
+            input=input,
+            labels=parent.labels,
+            policy=policy.as_dict(),
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
+            policy_decisions=decisions,
+        )
+        return run_info(run)
+
     # The turn loop
 
-    def begin_run(self, run_id: UUID) -> RunContext | None:
-        run = Run.objects.select_related("session").filter(pk=run_id).first()
-        if run is None or run.status != RunStatus.PENDING:
+    def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
+        run = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+        if run is None:
             return None
-        run = services.run_start(run_id=run_id)
+        run = Run.objects.select_related("session").get(pk=run.pk)
         history: list[Message] = []
-        for user_text, answer in selectors.session_history(session_id=run.session_id, before=run):
-            history.append(Message(role="user", content=user_text))
-            history.append(Message(role="assistant", content=answer))
+        if run.parent_run_id is None:
+            for user_text, answer in selectors.session_history(
+                session_id=run.session_id, before=run
+            ):
+                history.append(Message(role="user", content=user_text))
+                history.append(Message(role="assistant", content=answer))
+        memory = tuple(
+            (entry.scope, entry.key, entry.value)
+            for entry in memory_selectors.memory_visible_to_session(session_id=run.session_id)[
+                :MEMORY_CONTEXT_LIMIT
+            ]
+        )
+        started = run.started_at or timezone.now()
+        elapsed = max(0.0, (timezone.now() - started).total_seconds() - run.paused_seconds)
         return RunContext(
             run_id=run.id,
             session_id=run.session_id,
@@ -153,7 +244,20 @@ class OrmRunStore:
             input=run.input,
             labels=run.labels,
             history=tuple(history),
+            policy=run.policy,
+            elapsed_seconds=elapsed,
+            turns=tuple(_turn_state(turn) for turn in selectors.run_turns(run_id=run.id)),
+            memory=memory,
+            lease_owner=owner,
+            parent_run_id=run.parent_run_id,
+            depth=selectors.run_depth(run=run),
         )
+
+    def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
+        return services.run_renew_lease(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+
+    def expired_runs(self, *, limit: int = 100) -> list[UUID]:
+        return selectors.runs_without_worker(limit=limit)
 
     def cancel_requested(self, run_id: UUID) -> str | None:
         row = (
@@ -186,10 +290,13 @@ class OrmRunStore:
             model=reply.model,
         )
 
-    def start_tool_call(
+    def restart_turn(self, *, turn_id: UUID) -> None:
+        services.turn_restart(turn_id=turn_id)
+
+    def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
     ) -> UUID:
-        return services.tool_call_start(
+        return services.tool_call_schedule(
             turn_id=turn_id,
             index=index,
             call_id=request.id,
@@ -197,6 +304,17 @@ class OrmRunStore:
             arguments=request.arguments,
             requires_approval=requires_approval,
         ).id
+
+    def begin_tool_call(self, *, tool_call_id: UUID) -> int:
+        return services.tool_call_begin(tool_call_id=tool_call_id).attempt
+
+    def await_input(
+        self, *, run_id: UUID, kind: str, tool_call_id: UUID, question: str = ""
+    ) -> RunInfo:
+        data: dict[str, Any] = {"tool_call": str(tool_call_id)}
+        if question:
+            data["question"] = question
+        return run_info(services.run_await_input(run_id=run_id, kind=kind, data=data))
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
         services.tool_call_finish(
@@ -258,6 +376,19 @@ class OrmRunStore:
             written_by_tool_call_id=written_by_tool_call,
         )
         return memory_record(entry)
+
+    def memory_keys(
+        self,
+        *,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+    ) -> list[str]:
+        where = memory_selectors.owner_filter(
+            scope=scope, session_id=session_id, user_id=user_id, agent=agent
+        )
+        return list(MemoryEntry.objects.filter(where).values_list("key", flat=True))
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
         entry = memory_selectors.memory_resolve(key=key, session_id=session_id)

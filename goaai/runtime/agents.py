@@ -6,27 +6,10 @@ objects, which join the ones shipped here.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from goaai.runtime.errors import UnknownAgent
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The caps a run works within. Stored on each run as the policy in force."""
-
-    max_turns: int = 8
-    max_tool_calls: int = 16
-    max_consecutive_tool_failures: int = 3
-    time_budget_seconds: float = 300.0
-    # Tool names that wait for a person to approve them before they run.
-    approval_required: frozenset[str] = frozenset()
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["approval_required"] = sorted(self.approval_required)
-        return data
+from goaai.runtime.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -37,6 +20,8 @@ class Agent:
     system_prompt: str = ""
     toolsets: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
+    # Other agents this one may call as tools (each becomes a tool ``ask_<id>``).
+    delegates: tuple[str, ...] = ()
 
 
 ASSISTANT = Agent(
@@ -51,7 +36,22 @@ ASSISTANT = Agent(
         "about the user, the calculator for arithmetic and the clock for the time. "
         "Answer briefly."
     ),
-    toolsets=("memory", "clock", "calculator", "text"),
+    toolsets=("memory", "clock", "calculator", "text", "interaction"),
+)
+
+CONCIERGE = Agent(
+    id="concierge",
+    description=(
+        "A front desk that tells the time itself and hands everything else to the "
+        "assistant agent, reporting its answer."
+    ),
+    model="scripted",
+    system_prompt=(
+        "You are goaai's concierge. Tell the time with the clock; for anything else, "
+        "ask the assistant agent and report what it says."
+    ),
+    toolsets=("clock",),
+    delegates=("assistant",),
 )
 
 
@@ -83,7 +83,7 @@ def default_registry(extra: list[str] | None = None) -> AgentRegistry:
     """The shipped agents plus those named by dotted path in ``extra``."""
     from django.utils.module_loading import import_string
 
-    registry = AgentRegistry([ASSISTANT])
+    registry = AgentRegistry([ASSISTANT, CONCIERGE])
     for path in extra or []:
         agent = import_string(path)
         if not isinstance(agent, Agent):

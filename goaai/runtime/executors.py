@@ -1,8 +1,12 @@
 """Executors run a run's turn loop once the run has been committed.
 
 ``thread`` (the default) uses a pool of worker threads inside the server process;
-``inline`` runs the loop in the caller's thread, for scripts and tests. Both hand
-the run id to the same :class:`~goaai.runtime.loop.TurnLoop`.
+``inline`` runs the loop in the caller's thread, for scripts and tests; ``celery``
+sends one task per run to Celery workers (``celery -A goaai worker``). All of them
+hand the run id to the same :class:`~goaai.runtime.loop.TurnLoop`.
+
+A :class:`Reaper` in each server and worker process looks for runs that no live
+worker holds (the worker died and its lease expired) and submits them again.
 """
 
 from __future__ import annotations
@@ -73,3 +77,47 @@ class ThreadExecutor:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+class CeleryExecutor:
+    """One Celery task per run, acknowledged only once the task has finished
+    (``acks_late``), so a message whose worker died is delivered again."""
+
+    task_name = "goaai.execute_run"
+
+    def submit(self, run_id: UUID) -> None:
+        from goaai.celery import app
+
+        app.send_task(self.task_name, args=[str(run_id)])
+
+    def wait(self, run_id: UUID, timeout: float) -> bool:
+        return False
+
+
+class Reaper:
+    """A daemon thread that calls ``reap`` every ``interval`` seconds."""
+
+    def __init__(self, reap: Callable[[], int], *, interval: float) -> None:
+        self.reap = reap
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="goaai-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        # The first pass runs at once: a process that starts after a crash takes up
+        # the runs its predecessor left.
+        while True:
+            try:
+                found = self.reap()
+                if found:
+                    logger.info("Reaper handed %d orphaned run(s) to the executor", found)
+            except Exception:
+                logger.exception("Reaping orphaned runs failed")
+            if self._stop.wait(self.interval):
+                return

@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from goaai.runtime.agents import AgentRegistry, default_registry
-from goaai.runtime.executors import Executor, InlineExecutor, ThreadExecutor
+from goaai.runtime.agents import Agent, AgentRegistry, default_registry
+from goaai.runtime.executors import (
+    CeleryExecutor,
+    Executor,
+    InlineExecutor,
+    Reaper,
+    ThreadExecutor,
+)
 from goaai.runtime.loop import TurnLoop
+from goaai.runtime.policy import Decision, LabelRule, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import MemoryRecord, RunInfo, SessionInfo
 from goaai.runtime.vocabulary import MemoryScope, RunStatus
@@ -62,6 +69,7 @@ class Runtime:
         self._store: RunStore | None = None
         self._agents: AgentRegistry | None = None
         self._executor: Executor | None = None
+        self._reaper: Reaper | None = None
         self._lock = threading.Lock()
 
     # Configuration
@@ -88,7 +96,9 @@ class Runtime:
         with self._lock:
             if isinstance(self._executor, ThreadExecutor):
                 self._executor.shutdown()
-            self._store = self._agents = self._executor = None
+            if self._reaper is not None:
+                self._reaper.stop()
+            self._store = self._agents = self._executor = self._reaper = None
 
     @property
     def store(self) -> RunStore:
@@ -129,16 +139,44 @@ class Runtime:
         return executor
 
     def loop(self) -> TurnLoop:
+        from django.conf import settings
+
         return TurnLoop(
             store=self.store,
             agents=self.agents,
-            publish_delta=getattr(self.store, "publish_delta", None),
+            publish_delta=self.store.publish_delta,
+            run_child=self._run_child,
+            lease_seconds=settings.GOAAI_RUN_LEASE_SECONDS,
         )
 
     def execute(self, run_id: UUID) -> RunInfo | None:
         """Execute one run in this thread (what every executor's worker calls)."""
         with self.store.worker():
             return self.loop().execute(run_id)
+
+    def _run_child(self, run_id: UUID) -> RunInfo | None:
+        # An agent called as a tool runs in its caller's thread: the caller waits
+        # for its answer anyway, and the child's records commit step by step.
+        return self.loop().execute(run_id)
+
+    def reap(self) -> int:
+        """Hand every run that no live worker holds to the executor again (a run
+        whose worker died, or whose hand-off was lost). Returns how many."""
+        run_ids = self.store.expired_runs()
+        for run_id in run_ids:
+            self.executor.submit(run_id)
+        return len(run_ids)
+
+    def start_background(self) -> None:
+        """Start this process's reaper thread, once (servers and workers call this)."""
+        from django.conf import settings
+
+        interval = settings.GOAAI_REAPER_INTERVAL
+        with self._lock:
+            if self._reaper is not None or interval <= 0:
+                return
+            self._reaper = Reaper(self.reap, interval=interval)
+        self._reaper.start()
 
     def _build_executor(self, name: str) -> Executor:
         from django.conf import settings
@@ -147,7 +185,17 @@ class Runtime:
             return InlineExecutor(self.execute)
         if name == "thread":
             return ThreadExecutor(self.execute, threads=settings.GOAAI_EXECUTOR_THREADS)
-        raise ValueError(f"Unknown executor {name!r}: choose 'thread' or 'inline'.")
+        if name == "celery":
+            return CeleryExecutor()
+        raise ValueError(f"Unknown executor {name!r}: choose 'thread', 'inline' or 'celery'.")
+
+    def policy_for(self, agent: Agent, labels: dict[str, str]) -> tuple[Policy, list[Decision]]:
+        """The policy in force for a run of ``agent`` with ``labels``, and the label
+        rules (settings ``GOAAI_LABEL_RULES``) that shaped it."""
+        from django.conf import settings
+
+        rules = [LabelRule.from_dict(rule) for rule in settings.GOAAI_LABEL_RULES]
+        return apply_label_rules(agent.policy, labels, rules)
 
     # Sessions
 
@@ -179,20 +227,52 @@ class Runtime:
         session: Any,
         labels: dict[str, str] | None = None,
         metadata: dict[str, Any] | None = None,
+        created_by: Any = None,
     ) -> RunHandle:
         """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once."""
         spec = self.agents.get(agent)
+        labels = {str(k): str(v) for k, v in (labels or {}).items()}
+        policy, decisions = self.policy_for(spec, labels)
         run = self.store.create_run(
             session_id=_uuid(session),
             agent=agent,
             input=prompt,
-            labels=dict(labels or {}),
+            labels=labels,
             metadata=dict(metadata or {}),
-            policy=spec.policy.as_dict(),
+            policy=policy.as_dict(),
+            policy_decisions=decisions,
+            created_by_id=int(_id(created_by)) if created_by is not None else None,
         )
-        executor = self.executor
-        self.store.after_commit(lambda: executor.submit(run.id))
+        self._submit_after_commit(run.id)
         return RunHandle(run_id=run.id, runtime=self)
+
+    def _submit_after_commit(self, run_id: UUID) -> None:
+        executor = self.executor
+        self.store.after_commit(lambda: executor.submit(run_id))
+
+    def respond(
+        self,
+        run_id: Any,
+        *,
+        tool_call: Any = None,
+        decision: str = "",
+        reason: str = "",
+        answer: str | None = None,
+        user: Any = None,
+    ) -> RunInfo:
+        """Answer what a waiting run asks: ``decision="approve"|"deny"`` (with a
+        ``reason``) for a tool call that needs approval, or ``answer`` for a
+        question. The run continues in the background."""
+        run = self.store.respond(
+            _uuid(run_id),
+            tool_call_id=_uuid(tool_call) if tool_call is not None else None,
+            decision=decision,
+            reason=reason,
+            answer=answer,
+            decided_by_id=int(_id(user)) if user is not None else None,
+        )
+        self._submit_after_commit(run.id)
+        return run
 
     def run(
         self,

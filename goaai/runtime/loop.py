@@ -1,41 +1,78 @@
 """The turn loop: ask the model, run the tools it asks for, repeat until it answers.
 
 Every step is committed through the store before the next one begins, and the loop
-looks for a cancel request and the policy's caps between steps. The loop holds no
-state that is not also in the store, which is what lets a run be inspected while
-it is going and picked up again after its worker died.
+looks for a cancel request and the policy's caps between steps. The loop keeps no
+state that is not also in the store: when it starts, it rebuilds the conversation
+from what the run recorded, so the same code starts a new run, continues one after
+a person answered, and takes over one whose worker died.
+
+Picking a run up again follows three rules:
+
+- a tool call that finished (succeeded, failed, denied) is never executed again;
+  its recorded result is what the model sees;
+- a tool call left ``running`` by a dead worker is executed again only if its tool
+  is idempotent; otherwise it is marked failed (``internal``) and the model is told;
+- a turn whose reply was lost is asked again with the messages it recorded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import threading
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from uuid import UUID
 
-from goaai.runtime.agents import Agent, AgentRegistry, Policy
+from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.errors import GoaaiError, ModelError
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
+from goaai.runtime.policy import Policy
 from goaai.runtime.store import RunStore
-from goaai.runtime.tools import Tool, ToolContext, tools_for
+from goaai.runtime.tools import Tool, ToolContext, ToolRejected, tools_for
+from goaai.runtime.tools.agents import agent_tool
 from goaai.runtime.types import (
     Message,
     RunContext,
     RunError,
     RunInfo,
     ToolCallRequest,
+    ToolCallState,
     ToolOutcome,
+    TurnState,
 )
-from goaai.runtime.vocabulary import ErrorKind, RunStatus
+from goaai.runtime.vocabulary import ErrorKind, RunStatus, ToolCallStatus
 
 logger = logging.getLogger(__name__)
 
 DeltaPublisher = Callable[[RunContext, UUID, str], None]
+ChildRunner = Callable[[UUID], RunInfo | None]
+
+# Tools run here, so that a tool that hangs can be abandoned at its timeout.
+_TOOL_THREADS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="goaai-tool")
+_FINAL_CALL_STATUSES = {
+    ToolCallStatus.SUCCEEDED,
+    ToolCallStatus.FAILED,
+    ToolCallStatus.DENIED,
+    ToolCallStatus.CANCELED,
+}
+# Agents calling agents calling agents...: a bound on how deep that may go.
+MAX_DELEGATION_DEPTH = 3
+
+
+def worker_name() -> str:
+    """A name for the lease holder that says which process and thread it is."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
 
 
 class _Stop(Exception):
-    """Raised inside the loop when a run must end before its model has answered."""
+    """The run must end now, before its model has answered."""
 
     def __init__(
         self, status: RunStatus, error: RunError | None = None, *, rule: str = "", reason: str = ""
@@ -47,6 +84,62 @@ class _Stop(Exception):
         self.reason = reason
 
 
+class _Paused(Exception):
+    """The run waits for a person; the worker lets it go."""
+
+    def __init__(self, run: RunInfo) -> None:
+        super().__init__("paused")
+        self.run = run
+
+
+class _LeaseLost(Exception):
+    """Another worker took the run over; this one must stop touching it."""
+
+
+class _LeaseKeeper:
+    """Renews the run's lease in the background while the loop works on it."""
+
+    def __init__(self, store: RunStore, run_id: UUID, owner: str, seconds: float) -> None:
+        self.store, self.run_id, self.owner, self.seconds = store, run_id, owner, seconds
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="goaai-lease", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _renew(self) -> None:
+        with self.store.worker():
+            while not self._stop.wait(self.seconds / 3):
+                try:
+                    if not self.store.renew_lease(
+                        self.run_id, owner=self.owner, lease_seconds=self.seconds
+                    ):
+                        self.lost.set()
+                        return
+                except Exception:
+                    logger.exception("Renewing the lease of run %s failed", self.run_id)
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise _LeaseLost
+
+
+@dataclass
+class _Progress:
+    """Counts the policy caps are checked against, rebuilt from the records."""
+
+    started: float
+    tool_calls: int = 0
+    consecutive_failures: int = 0
+    messages: list[Message] = field(default_factory=list)
+
+
 class TurnLoop:
     def __init__(
         self,
@@ -56,21 +149,39 @@ class TurnLoop:
         model_factory: Callable[[str], ModelClient] = get_model_client,
         clock: Callable[[], float] = time.monotonic,
         publish_delta: DeltaPublisher | None = None,
+        run_child: ChildRunner | None = None,
+        lease_seconds: float = 60.0,
     ) -> None:
         self.store = store
         self.agents = agents
         self.model_factory = model_factory
         self.clock = clock
         self.publish_delta = publish_delta
+        self.run_child = run_child
+        self.lease_seconds = lease_seconds
 
     def execute(self, run_id: UUID) -> RunInfo | None:
-        """Run one run to its end. Returns ``None`` if the run was not startable
-        (already finished, or canceled before it began)."""
-        context = self.store.begin_run(run_id)
+        """Execute a run until it ends or waits for a person, and return it then.
+
+        Returns ``None`` when the run is not this worker's to execute: it already
+        ended, waits for input, or another live worker holds it.
+        """
+        owner = worker_name()
+        context = self.store.claim_run(run_id, owner=owner, lease_seconds=self.lease_seconds)
         if context is None:
             return None
+        with _LeaseKeeper(self.store, run_id, owner, self.lease_seconds) as lease:
+            return self._execute(context, lease)
+
+    def _execute(self, context: RunContext, lease: _LeaseKeeper) -> RunInfo | None:
+        run_id = context.run_id
         try:
-            return self._drive(context)
+            return self._drive(context, lease)
+        except _Paused as paused:
+            return paused.run
+        except _LeaseLost:
+            logger.warning("Run %s was taken over by another worker; this one stops", run_id)
+            return None
         except _Stop as stop:
             if stop.rule:
                 self.store.policy_decision(
@@ -91,80 +202,52 @@ class TurnLoop:
                 error=RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}"),
             )
 
-    def _drive(self, context: RunContext) -> RunInfo:
+    # The conversation
+
+    def _drive(self, context: RunContext, lease: _LeaseKeeper) -> RunInfo:
         agent = self.agents.get(context.agent)
-        policy = agent.policy
+        policy = Policy.from_dict(context.policy) if context.policy else agent.policy
         model = self.model_factory(agent.model)
-        tools = tools_for(agent.toolsets)
+        tools = self._tools(agent, policy)
         specs = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
             for t in tools.values()
         )
-        messages = self._initial_messages(agent, context)
-        started = self.clock()
-        tool_calls_made = 0
-        consecutive_failures = 0
+        progress = _Progress(started=self.clock() - context.elapsed_seconds)
+        progress.messages = self._initial_messages(agent, context)
+        next_index = 0
 
-        for index in range(policy.max_turns):
-            self._check_between_steps(context, policy, started)
+        # Replay what was recorded; finish the last turn if it was left open.
+        for turn in context.turns:
+            progress.messages = list(turn.request_messages)
+            next_index = turn.index + 1
+            if not turn.ended:
+                self._check_between_steps(context, policy, progress, lease)
+                self.store.restart_turn(turn_id=turn.id)
+                reply_calls = self._ask_model(context, model, specs, progress, turn.id)
+            else:
+                reply_calls = turn.response_tool_calls
+                progress.messages.append(
+                    Message(role="assistant", content=turn.response_text, tool_calls=reply_calls)
+                )
+            if isinstance(reply_calls, RunInfo):
+                return reply_calls
+            self._run_calls(
+                context, policy, tools, progress, lease, turn.id, reply_calls, turn.tool_calls
+            )
+
+        for index in range(next_index, policy.max_turns):
+            self._check_between_steps(context, policy, progress, lease)
             turn_id = self.store.start_turn(
                 run_id=context.run_id,
                 index=index,
                 model=model.name,
-                messages=[m.as_dict() for m in messages],
+                messages=[m.as_dict() for m in progress.messages],
             )
-            turn_started = self.clock()
-            reply = model.complete(
-                ModelRequest(messages=tuple(messages), tools=specs),
-                self._delta_sink(context, turn_id),
-            )
-            self.store.complete_turn(
-                turn_id=turn_id,
-                reply=reply,
-                latency_ms=int((self.clock() - turn_started) * 1000),
-            )
-            if not reply.tool_calls:
-                return self.store.finish_run(
-                    run_id=context.run_id, status=RunStatus.COMPLETED, output=reply.text
-                )
-            messages.append(
-                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
-            )
-
-            for position, request in enumerate(reply.tool_calls):
-                self._check_between_steps(context, policy, started)
-                if tool_calls_made >= policy.max_tool_calls:
-                    raise _Stop(
-                        RunStatus.FAILED,
-                        RunError(
-                            kind=ErrorKind.DOMAIN_REJECTION,
-                            message=f"The run used its {policy.max_tool_calls} tool calls.",
-                        ),
-                        rule="max_tool_calls",
-                        reason=f"Limit of {policy.max_tool_calls} tool calls reached.",
-                    )
-                tool_calls_made += 1
-                outcome = self._call_tool(context, turn_id, position, request, tools)
-                consecutive_failures = 0 if outcome.ok else consecutive_failures + 1
-                messages.append(
-                    Message(
-                        role="tool",
-                        content=json.dumps(outcome.for_model(), default=str),
-                        tool_call_id=request.id,
-                        name=request.name,
-                    )
-                )
-                if consecutive_failures >= policy.max_consecutive_tool_failures:
-                    raise _Stop(
-                        RunStatus.FAILED,
-                        RunError(
-                            kind=outcome.error_kind or ErrorKind.INTERNAL,
-                            message=f"{consecutive_failures} tool calls failed in a row; "
-                            f"the last: {outcome.error_message}",
-                        ),
-                        rule="max_consecutive_tool_failures",
-                        reason=f"{consecutive_failures} consecutive failed tool calls.",
-                    )
+            reply_calls = self._ask_model(context, model, specs, progress, turn_id)
+            if isinstance(reply_calls, RunInfo):
+                return reply_calls
+            self._run_calls(context, policy, tools, progress, lease, turn_id, reply_calls, ())
 
         raise _Stop(
             RunStatus.FAILED,
@@ -176,6 +259,211 @@ class TurnLoop:
             reason=f"Limit of {policy.max_turns} turns reached.",
         )
 
+    def _ask_model(
+        self,
+        context: RunContext,
+        model: ModelClient,
+        specs: tuple[ToolSpec, ...],
+        progress: _Progress,
+        turn_id: UUID,
+    ) -> tuple[ToolCallRequest, ...] | RunInfo:
+        """One model round-trip: the tool calls the model wants, or, when it
+        answered, the completed run."""
+        turn_started = self.clock()
+        reply = model.complete(
+            ModelRequest(messages=tuple(progress.messages), tools=specs),
+            self._delta_sink(context, turn_id),
+        )
+        self.store.complete_turn(
+            turn_id=turn_id, reply=reply, latency_ms=int((self.clock() - turn_started) * 1000)
+        )
+        if not reply.tool_calls:
+            return self.store.finish_run(
+                run_id=context.run_id, status=RunStatus.COMPLETED, output=reply.text
+            )
+        progress.messages.append(
+            Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+        )
+        return reply.tool_calls
+
+    def _run_calls(
+        self,
+        context: RunContext,
+        policy: Policy,
+        tools: dict[str, Tool],
+        progress: _Progress,
+        lease: _LeaseKeeper,
+        turn_id: UUID,
+        requests: tuple[ToolCallRequest, ...],
+        recorded: tuple[ToolCallState, ...],
+    ) -> None:
+        by_index = {state.index: state for state in recorded}
+        for position, request in enumerate(requests):
+            state = by_index.get(position)
+            if state is not None and state.status in _FINAL_CALL_STATUSES:
+                outcome = state.outcome
+                if state.status == ToolCallStatus.DENIED:
+                    outcome = _denied(state.decision_reason)
+                progress.tool_calls += 1
+            else:
+                self._check_between_steps(context, policy, progress, lease)
+                if state is None and progress.tool_calls >= policy.max_tool_calls:
+                    raise _Stop(
+                        RunStatus.FAILED,
+                        RunError(
+                            kind=ErrorKind.DOMAIN_REJECTION,
+                            message=f"The run used its {policy.max_tool_calls} tool calls.",
+                        ),
+                        rule="max_tool_calls",
+                        reason=f"Limit of {policy.max_tool_calls} tool calls reached.",
+                    )
+                progress.tool_calls += 1
+                outcome = self._call_tool(context, policy, tools, turn_id, position, request, state)
+            progress.consecutive_failures = 0 if outcome.ok else progress.consecutive_failures + 1
+            progress.messages.append(
+                Message(
+                    role="tool",
+                    content=json.dumps(outcome.for_model(), default=str),
+                    tool_call_id=request.id,
+                    name=request.name,
+                )
+            )
+            if progress.consecutive_failures >= policy.max_consecutive_tool_failures:
+                raise _Stop(
+                    RunStatus.FAILED,
+                    RunError(
+                        kind=outcome.error_kind or ErrorKind.INTERNAL,
+                        message=f"{progress.consecutive_failures} tool calls failed in a row; "
+                        f"the last: {outcome.error_message}",
+                    ),
+                    rule="max_consecutive_tool_failures",
+                    reason=f"{progress.consecutive_failures} consecutive failed tool calls.",
+                )
+
+    def _call_tool(
+        self,
+        context: RunContext,
+        policy: Policy,
+        tools: dict[str, Tool],
+        turn_id: UUID,
+        position: int,
+        request: ToolCallRequest,
+        state: ToolCallState | None,
+    ) -> ToolOutcome:
+        found = tools.get(request.name)
+        if state is None:
+            needs_approval = bool(found) and policy.needs_approval(
+                request.name, bool(found and found.requires_approval)
+            )
+            tool_call_id = self.store.schedule_tool_call(
+                turn_id=turn_id, index=position, request=request, requires_approval=needs_approval
+            )
+        else:
+            tool_call_id = state.id
+            needs_approval = state.requires_approval
+
+        if found is None:
+            outcome = ToolOutcome(
+                error_kind=ErrorKind.INVALID_CALL,
+                error_message=f"There is no tool named {request.name!r}; "
+                f"available: {', '.join(sorted(tools)) or 'none'}.",
+            )
+            self.store.begin_tool_call(tool_call_id=tool_call_id)
+            self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
+            return outcome
+
+        if found.asks_user:
+            # The answer arrives through the store; until then the run waits.
+            question = str(request.arguments.get("question", ""))
+            raise _Paused(
+                self.store.await_input(
+                    run_id=context.run_id,
+                    kind="question",
+                    tool_call_id=tool_call_id,
+                    question=question,
+                )
+            )
+        if needs_approval and (state is None or state.decision != "approved"):
+            raise _Paused(
+                self.store.await_input(
+                    run_id=context.run_id, kind="approval", tool_call_id=tool_call_id
+                )
+            )
+        if state is not None and state.status == ToolCallStatus.RUNNING and not found.idempotent:
+            # Its worker died mid-call: the tool may or may not have acted, and
+            # running it again could act twice. Tell the model instead.
+            outcome = ToolOutcome(
+                error_kind=ErrorKind.INTERNAL,
+                error_message=f"The worker executing {request.name} stopped during the call; "
+                "it was not retried because the tool is not idempotent. Its effect is unknown.",
+            )
+            self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
+            return outcome
+
+        self.store.begin_tool_call(tool_call_id=tool_call_id)
+        outcome = self._invoke(found, request, context, tool_call_id)
+        self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
+        return outcome
+
+    def _invoke(
+        self, found: Tool, request: ToolCallRequest, context: RunContext, tool_call_id: UUID
+    ) -> ToolOutcome:
+        tool_context = ToolContext(
+            store=self.store,
+            run_id=context.run_id,
+            session_id=context.session_id,
+            owner_id=context.owner_id,
+            agent=context.agent,
+            tool_call_id=tool_call_id,
+            call_agent=self._child_caller(context, tool_call_id),
+        )
+
+        def invoke() -> ToolOutcome:
+            with self.store.worker():
+                return found.invoke(request.arguments, tool_context)
+
+        if found.timeout_seconds is None:
+            return invoke()
+        future = _TOOL_THREADS.submit(invoke)
+        try:
+            return future.result(timeout=found.timeout_seconds)
+        except FutureTimeout:
+            return ToolOutcome(
+                error_kind=ErrorKind.TIMEOUT,
+                error_message=f"{found.name} did not finish within {found.timeout_seconds:g}s.",
+            )
+        except GoaaiError as exc:
+            return ToolOutcome(error_kind=ErrorKind.INTERNAL, error_message=str(exc))
+
+    def _child_caller(
+        self, context: RunContext, tool_call_id: UUID
+    ) -> Callable[[str, str], RunInfo]:
+        def call_agent(agent_id: str, prompt: str) -> RunInfo:
+            if context.depth >= MAX_DELEGATION_DEPTH:
+                raise ToolRejected(
+                    f"Agents may call agents at most {MAX_DELEGATION_DEPTH} levels deep."
+                )
+            child = self.store.create_child_run(
+                parent_run_id=context.run_id,
+                parent_tool_call_id=tool_call_id,
+                agent=agent_id,
+                input=prompt,
+            )
+            runner = self.run_child or self.execute
+            finished = runner(child.id)
+            return finished if finished is not None else self.store.get_run(child.id)
+
+        return call_agent
+
+    # Helpers
+
+    def _tools(self, agent: Agent, policy: Policy) -> dict[str, Tool]:
+        tools = tools_for(agent.toolsets)
+        for delegate in agent.delegates:
+            tool = agent_tool(self.agents.get(delegate))
+            tools[tool.name] = tool
+        return {name: t for name, t in tools.items() if policy.allows(name, t.toolset)}
+
     def _delta_sink(self, context: RunContext, turn_id: UUID) -> Callable[[str], None] | None:
         publish = self.publish_delta
         if publish is None:
@@ -184,17 +472,24 @@ class TurnLoop:
 
     def _initial_messages(self, agent: Agent, context: RunContext) -> list[Message]:
         messages: list[Message] = []
-        if agent.system_prompt:
-            messages.append(Message(role="system", content=agent.system_prompt))
+        system = agent.system_prompt
+        if context.memory:
+            facts = "\n".join(f"- {key}: {value} ({scope})" for scope, key, value in context.memory)
+            system = f"{system}\n\nWhat you remember that applies here:\n{facts}".strip()
+        if system:
+            messages.append(Message(role="system", content=system))
         messages.extend(context.history)
         messages.append(Message(role="user", content=context.input))
         return messages
 
-    def _check_between_steps(self, context: RunContext, policy: Policy, started: float) -> None:
+    def _check_between_steps(
+        self, context: RunContext, policy: Policy, progress: _Progress, lease: _LeaseKeeper
+    ) -> None:
+        lease.check()
         reason = self.store.cancel_requested(context.run_id)
         if reason is not None:
             raise _Stop(RunStatus.CANCELED, reason=reason)
-        if self.clock() - started > policy.time_budget_seconds:
+        if self.clock() - progress.started > policy.time_budget_seconds:
             raise _Stop(
                 RunStatus.TIMED_OUT,
                 RunError(
@@ -205,39 +500,12 @@ class TurnLoop:
                 reason=f"Time budget of {policy.time_budget_seconds:g}s spent.",
             )
 
-    def _call_tool(
-        self,
-        context: RunContext,
-        turn_id: UUID,
-        position: int,
-        request: ToolCallRequest,
-        tools: dict[str, Tool],
-    ) -> ToolOutcome:
-        found = tools.get(request.name)
-        tool_call_id = self.store.start_tool_call(
-            turn_id=turn_id,
-            index=position,
-            request=request,
-            requires_approval=bool(found and found.requires_approval),
-        )
-        if found is None:
-            outcome = ToolOutcome(
-                error_kind=ErrorKind.INVALID_CALL,
-                error_message=f"There is no tool named {request.name!r}; "
-                f"available: {', '.join(sorted(tools)) or 'none'}.",
-            )
-        else:
-            tool_context = ToolContext(
-                store=self.store,
-                run_id=context.run_id,
-                session_id=context.session_id,
-                owner_id=context.owner_id,
-                agent=context.agent,
-                tool_call_id=tool_call_id,
-            )
-            try:
-                outcome = found.invoke(request.arguments, tool_context)
-            except GoaaiError as exc:
-                outcome = ToolOutcome(error_kind=ErrorKind.INTERNAL, error_message=str(exc))
-        self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
-        return outcome
+
+def _denied(reason: str) -> ToolOutcome:
+    return ToolOutcome(
+        error_kind=ErrorKind.DOMAIN_REJECTION,
+        error_message="A person denied this call" + (f": {reason}" if reason else "."),
+    )
+
+
+__all__ = ["MAX_DELEGATION_DEPTH", "TurnLoop", "TurnState", "worker_name"]

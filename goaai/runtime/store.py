@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 from uuid import UUID
 
+from goaai.runtime.policy import Decision
 from goaai.runtime.types import (
     MemoryRecord,
     ModelReply,
@@ -44,15 +45,49 @@ class RunStore(Protocol):
         labels: dict[str, str],
         metadata: dict[str, Any],
         policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
+        created_by_id: int | None = None,
     ) -> RunInfo: ...
 
     def get_run(self, run_id: UUID) -> RunInfo: ...
 
     def request_cancel(self, run_id: UUID, reason: str) -> RunInfo: ...
 
+    def respond(
+        self,
+        run_id: UUID,
+        *,
+        tool_call_id: UUID | None,
+        decision: str,
+        reason: str,
+        answer: str | None,
+        decided_by_id: int | None,
+    ) -> RunInfo:
+        """Record a person's approval, denial or answer; the run becomes claimable."""
+        ...
+
+    def create_child_run(
+        self, *, parent_run_id: UUID, parent_tool_call_id: UUID, agent: str, input: str
+    ) -> RunInfo:
+        """A run of ``agent`` called as a tool, in the parent's session, linked to it."""
+        ...
+
     # The turn loop
-    def begin_run(self, run_id: UUID) -> RunContext | None:
-        """Move a pending run to running and describe it; ``None`` if it must not run."""
+    def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
+        """Take a run for execution under a lease held by ``owner``: a pending run
+        starts; a running run whose lease expired (its worker died) or that was
+        released (an answer arrived) is taken over. ``None`` if the run is finished,
+        waiting for input, or held by a live worker. The context carries everything
+        recorded so far, so the loop continues from the last committed step."""
+        ...
+
+    def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s lease; ``False`` if the run is no longer held by it."""
+        ...
+
+    def expired_runs(self, *, limit: int = 100) -> list[UUID]:
+        """Top-level runs that no live worker holds: running with an expired lease, or
+        pending for longer than a lease without being claimed."""
         ...
 
     def cancel_requested(self, run_id: UUID) -> str | None:
@@ -63,12 +98,26 @@ class RunStore(Protocol):
         self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
     ) -> UUID: ...
 
+    def restart_turn(self, *, turn_id: UUID) -> None:
+        """Record that a turn whose reply was lost with its worker is asked again."""
+        ...
+
     def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None: ...
 
-    def start_tool_call(
+    def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
     ) -> UUID:
-        """Record a tool call as scheduled and, as it needs no approval, started."""
+        """Record a tool call the model asked for (and, if needed, ask for approval)."""
+        ...
+
+    def begin_tool_call(self, *, tool_call_id: UUID) -> int:
+        """Mark a scheduled (or interrupted) call running; returns its attempt number."""
+        ...
+
+    def await_input(
+        self, *, run_id: UUID, kind: str, tool_call_id: UUID, question: str = ""
+    ) -> RunInfo:
+        """Pause the run until a person approves/denies the call or answers the question."""
         ...
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None: ...
@@ -78,6 +127,10 @@ class RunStore(Protocol):
     ) -> RunInfo: ...
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None: ...
+
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
+        """Stream a piece of model text to live subscribers (never stored)."""
+        ...
 
     # Memory
     def store_memory(
@@ -96,6 +149,15 @@ class RunStore(Protocol):
     ) -> MemoryRecord: ...
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None: ...
+
+    def memory_keys(
+        self,
+        *,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+    ) -> list[str]: ...
 
     def get_memory(
         self,

@@ -126,6 +126,44 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class ToolCallState:
+    """A tool call as recorded, for a loop that picks a run up again."""
+
+    id: UUID
+    index: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    status: str
+    result: Any = None
+    error_kind: str = ""
+    error_message: str = ""
+    requires_approval: bool = False
+    decision: str = ""
+    decision_reason: str = ""
+    attempt: int = 0
+
+    @property
+    def outcome(self) -> ToolOutcome:
+        return ToolOutcome(
+            result=self.result, error_kind=self.error_kind, error_message=self.error_message
+        )
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """A turn as recorded: what was sent, what came back (if it did), its tool calls."""
+
+    id: UUID
+    index: int
+    request_messages: tuple[Message, ...]
+    ended: bool
+    response_text: str = ""
+    response_tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_calls: tuple[ToolCallState, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunContext:
     """What the turn loop needs to know about a run it is about to execute."""
 
@@ -137,6 +175,18 @@ class RunContext:
     labels: dict[str, str]
     # Earlier runs of the session, as user/assistant messages, oldest first.
     history: tuple[Message, ...] = ()
+    # The policy in force, as stored on the run.
+    policy: dict[str, Any] = field(default_factory=dict)
+    # Seconds the run has already been working (a resumed run continues its budget).
+    elapsed_seconds: float = 0.0
+    # What the run recorded before this execution began (empty for a new run).
+    turns: tuple[TurnState, ...] = ()
+    # Facts the agent remembers that apply to this session: (scope, key, value).
+    memory: tuple[tuple[str, str, Any], ...] = ()
+    # The lease this execution holds; every renewal must name it.
+    lease_owner: str = ""
+    parent_run_id: UUID | None = None
+    depth: int = 0
 
 
 @dataclass(frozen=True)

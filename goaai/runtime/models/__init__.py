@@ -9,9 +9,42 @@ __all__ = ["DeltaCallback", "ModelClient", "ModelRequest", "ToolSpec", "get_mode
 
 
 def get_model_client(model: str) -> ModelClient:
-    """The client for an agent's ``model`` setting, e.g. ``scripted``."""
+    """The client for an agent's ``model`` setting.
+
+    ``scripted`` is the offline model; ``openai:<model>`` any server that speaks
+    OpenAI's Chat Completions (``GOAAI_OPENAI_BASE_URL`` points it at Ollama, vLLM or
+    llama.cpp); ``anthropic:<model>`` Anthropic's Messages API. A provider without an
+    API key raises :class:`ModelError` (``unavailable``), which fails the run that
+    asked for it rather than the process.
+    """
     if model == "scripted":
         return ScriptedModel()
-    from goaai.runtime.errors import UnknownAgent
 
-    raise UnknownAgent(f"No model client for {model!r}.")
+    from goaai.runtime.errors import ModelError, UnknownAgent
+    from goaai.runtime.vocabulary import ErrorKind
+
+    provider, _, name = model.partition(":")
+    if not name or provider not in ("openai", "anthropic"):
+        raise UnknownAgent(f"No model client for {model!r}.")
+
+    # Read here and only here, so that the runtime stays importable without Django
+    # settings, and a key added to the environment is picked up on the next run.
+    from django.conf import settings
+
+    api_key = getattr(settings, f"GOAAI_{provider.upper()}_API_KEY", "") or ""
+    base_url = getattr(settings, f"GOAAI_{provider.upper()}_BASE_URL", "") or None
+    if not api_key:
+        hint = " (any value for a local server such as Ollama)" if provider == "openai" else ""
+        raise ModelError(
+            ErrorKind.UNAVAILABLE,
+            f"No API key configured for {provider}: set {provider.upper()}_API_KEY{hint}",
+            retryable=False,
+        )
+    if provider == "openai":
+        from goaai.runtime.models.openai_compat import OpenAICompatibleModel
+
+        return OpenAICompatibleModel(name, api_key=api_key, base_url=base_url)
+
+    from goaai.runtime.models.anthropic_client import AnthropicModel
+
+    return AnthropicModel(name, api_key=api_key, base_url=base_url)

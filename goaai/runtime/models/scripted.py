@@ -14,15 +14,28 @@ the user says                                  the model
 ``calculate 2 * (3 + 4)`` / ``what is 6*7``    calls ``calculator``
 ``what time is it`` / ``time in Asia/Tokyo``   calls ``clock_now``
 ``echo hello`` / ``say hello``                 calls ``echo``
-anything else                                  explains what it can do
+``ask me for my name``                         calls ``ask_user``: the run waits
+                                               for the answer
+``forget everything``                          calls ``memory_forget_all``, which
+                                               waits for a person's approval
+``ask the assistant <question>``               calls ``ask_assistant``: a child
+                                               run of the ``assistant`` agent
+``sloppy <any of the above>``                  first sends badly named arguments,
+                                               reads the ``invalid_call`` error,
+                                               and corrects them
+anything else                                  explains what it can do (an agent
+                                               that has ``ask_assistant`` and no
+                                               tool for the request delegates it)
 ============================================  ===================================
 
 Once a tool has answered, the model turns the tool's result into a sentence.
-Replies are streamed word by word to ``on_delta``.
+When a call comes back ``invalid_call``, it retries once with the arguments its
+rule produces. Replies are streamed word by word to ``on_delta``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -54,6 +67,8 @@ class Intent:
     arguments: dict[str, Any] | None = None
     reply: str = ""
     possessive: bool = False
+    # Send the first call with its arguments under a wrong name (to show correction).
+    sloppy: bool = False
 
 
 def _strip_owner(phrase: str) -> tuple[str, bool]:
@@ -75,7 +90,33 @@ def _is_arithmetic(text: str) -> bool:
 def understand(text: str) -> Intent:
     """Map a user message to the rule it triggers."""
     message = " ".join(text.strip().split()).rstrip(_TRAILING)
+    sloppy = re.match(r"^sloppy\s+(.+)$", message, re.I)
+    if sloppy:
+        inner = understand(sloppy.group(1))
+        return Intent(
+            tool=inner.tool,
+            arguments=inner.arguments,
+            reply=inner.reply,
+            possessive=inner.possessive,
+            sloppy=bool(inner.tool),
+        )
     lowered = message.lower()
+
+    match = re.match(r"^ask (?:the )?assistant(?: to)?[:,]?\s+(.+)$", message, re.I)
+    if match:
+        return Intent(tool="ask_assistant", arguments={"prompt": match.group(1)})
+
+    match = re.match(r"^ask me (?:for |about )?(my |the )?(.+)$", message, re.I)
+    if match:
+        thing = match.group(2).strip()
+        return Intent(
+            tool="ask_user",
+            arguments={"question": f"What is your {thing}?"},
+            possessive=True,
+        )
+
+    if re.match(r"^forget (?:everything|all)\b", lowered):
+        return Intent(tool="memory_forget_all", arguments={})
 
     match = re.match(r"^(?:please\s+)?(always\s+)?remember(?:\s+that)?\s+(.+)$", message, re.I)
     if match:
@@ -167,7 +208,30 @@ def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
         return _clock_sentence(result)
     if tool_name == "echo":
         return str(result.get("text", ""))
+    if tool_name == "ask_user":
+        question = str((intent.arguments or {}).get("question", ""))
+        thing = question.removeprefix("What is your ").rstrip("?")
+        return f"Thanks! Your {thing} is {result.get('answer')}."
+    if tool_name == "memory_forget_all":
+        forgotten = result.get("forgotten") or []
+        if not forgotten:
+            return "There was nothing to forget in this conversation."
+        return "Done. I've forgotten everything in this conversation: " + ", ".join(forgotten) + "."
+    if tool_name.startswith("ask_"):
+        return f"The {result.get('agent', tool_name[4:])} agent says: {result.get('answer')}"
     return f"{tool_name} answered: {result}"
+
+
+def _is_invalid_call(message: Message) -> bool:
+    try:
+        outcome = json.loads(message.content)
+    except ValueError:
+        return False
+    return bool(
+        isinstance(outcome, dict)
+        and not outcome.get("ok")
+        and (outcome.get("error") or {}).get("kind") == "invalid_call"
+    )
 
 
 def _estimate_tokens(text: str) -> int:
@@ -194,44 +258,49 @@ class ScriptedModel:
         intent = understand(user_text)
         since_user = messages[last_user + 1 :]
         usage_in = sum(_estimate_tokens(m.content) for m in messages)
+        available = {spec.name for spec in request.tools}
+        if intent.tool and intent.tool not in available and "ask_assistant" in available:
+            intent = Intent(tool="ask_assistant", arguments={"prompt": user_text})
 
+        attempts = sum(1 for m in since_user if m.role == "assistant" and m.tool_calls)
         tool_results = [m for m in since_user if m.role == "tool"]
         if tool_results:
+            if attempts == 1 and _is_invalid_call(tool_results[-1]) and intent.tool in available:
+                return self._call(intent, usage_in, attempt=2, sloppy=False)
             text = self._after_tools(intent, since_user)
-            _stream(text, on_delta)
-            return ModelReply(
-                text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name
-            )
-
-        available = {spec.name for spec in request.tools}
+            return self._say(text, usage_in, on_delta)
         if intent.tool and intent.tool in available:
-            call = ToolCallRequest(
-                id="call_1", name=intent.tool, arguments=dict(intent.arguments or {})
-            )
-            return ModelReply(
-                tool_calls=(call,),
-                usage=Usage(usage_in, _estimate_tokens(str(call.arguments))),
-                model=self.name,
-            )
-        text = (
-            intent.reply
-            or f"I would use the {intent.tool} tool for that, but I don't have it here."
+            return self._call(intent, usage_in, attempt=1, sloppy=intent.sloppy)
+        text = intent.reply or (
+            f"I would use the {intent.tool} tool for that, but I don't have it here."
         )
+        return self._say(text, usage_in, on_delta)
+
+    def _say(self, text: str, usage_in: int, on_delta: DeltaCallback | None) -> ModelReply:
         _stream(text, on_delta)
         return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
 
-    def _after_tools(self, intent: Intent, since_user: tuple[Message, ...]) -> str:
-        import json
+    def _call(self, intent: Intent, usage_in: int, *, attempt: int, sloppy: bool) -> ModelReply:
+        arguments = dict(intent.arguments or {})
+        if sloppy:
+            # The kind of mistake real models make: the right values, the wrong names.
+            arguments = {f"{name}_text": value for name, value in arguments.items()} or {
+                "unexpected": True
+            }
+        call = ToolCallRequest(id=f"call_{attempt}", name=intent.tool, arguments=arguments)
+        return ModelReply(
+            tool_calls=(call,),
+            usage=Usage(usage_in, _estimate_tokens(json.dumps(arguments))),
+            model=self.name,
+        )
 
+    def _after_tools(self, intent: Intent, since_user: tuple[Message, ...]) -> str:
         calls = {c.id: c for m in since_user if m.role == "assistant" for c in m.tool_calls}
-        sentences = []
-        for message in since_user:
-            if message.role != "tool":
-                continue
-            call = calls.get(message.tool_call_id)
-            try:
-                outcome = json.loads(message.content)
-            except ValueError:
-                outcome = {"ok": False, "error": {"message": message.content}}
-            sentences.append(answer(intent, call.name if call else message.name, outcome))
-        return " ".join(sentences)
+        # Only the last answer counts: an earlier one was corrected.
+        message = [m for m in since_user if m.role == "tool"][-1]
+        call = calls.get(message.tool_call_id)
+        try:
+            outcome = json.loads(message.content)
+        except ValueError:
+            outcome = {"ok": False, "error": {"message": message.content}}
+        return answer(intent, call.name if call else message.name, outcome)

@@ -8,7 +8,13 @@ from goaai.runtime.errors import UnknownTool
 from goaai.runtime.tools.base import Tool, ToolContext, ToolRejected, tool
 from goaai.runtime.tools.calculator import calculator
 from goaai.runtime.tools.clock import clock_now
-from goaai.runtime.tools.memory import memory_forget, memory_recall, memory_store
+from goaai.runtime.tools.interaction import ask_user
+from goaai.runtime.tools.memory import (
+    memory_forget,
+    memory_forget_all,
+    memory_recall,
+    memory_store,
+)
 from goaai.runtime.tools.text import echo
 
 __all__ = ["TOOLSETS", "Tool", "ToolContext", "ToolRejected", "tool", "tools_for"]
@@ -19,7 +25,8 @@ def _toolset(name: str, *tools: Tool) -> dict[str, Tool]:
 
 
 TOOLSETS: dict[str, dict[str, Tool]] = {
-    "memory": _toolset("memory", memory_store, memory_recall, memory_forget),
+    "memory": _toolset("memory", memory_store, memory_recall, memory_forget, memory_forget_all),
+    "interaction": _toolset("interaction", ask_user),
     "clock": _toolset("clock", clock_now),
     "calculator": _toolset("calculator", calculator),
     "text": _toolset("text", echo),

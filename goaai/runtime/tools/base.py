@@ -18,7 +18,7 @@ from uuid import UUID
 
 import pydantic
 
-from goaai.runtime.types import ToolOutcome
+from goaai.runtime.types import RunInfo, ToolOutcome
 from goaai.runtime.vocabulary import ErrorKind
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class ToolContext:
     owner_id: int
     agent: str
     tool_call_id: UUID
+    # Runs another agent as a child of this call and returns the finished child run.
+    call_agent: Callable[[str, str], RunInfo] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,12 @@ class Tool:
     requires_approval: bool = False
     # An idempotent tool may be executed again when a worker died during the call.
     idempotent: bool = False
-    timeout_seconds: float = 30.0
+    # None: the tool runs in the loop's own thread with no time limit (agent calls,
+    # whose child runs have their own budget).
+    timeout_seconds: float | None = 30.0
     takes_context: bool = field(default=False)
+    # The call is answered by a person (a question), not by running ``func``.
+    asks_user: bool = False
 
     def json_schema(self) -> dict[str, Any]:
         schema = self.arguments_model.model_json_schema()
@@ -110,7 +116,8 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
-    timeout_seconds: float = 30.0,
+    timeout_seconds: float | None = 30.0,
+    asks_user: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a :class:`Tool`.
 
@@ -147,6 +154,7 @@ def tool(
             idempotent=idempotent,
             timeout_seconds=timeout_seconds,
             takes_context=takes_context,
+            asks_user=asks_user,
         )
 
     return decorate

@@ -82,3 +82,18 @@ def memory_forget(
             f"Nothing is remembered under {normalise_key(key)!r} in the {scope} scope."
         )
     return {"key": normalise_key(key), "scope": scope, "forgotten": True}
+
+
+@tool(name="memory_forget_all", requires_approval=True)
+def memory_forget_all(context: ToolContext) -> dict[str, Any]:
+    """Forget everything remembered in this session. A person must approve it first."""
+    keys = context.store.memory_keys(scope="session", session_id=context.session_id)
+    for key in keys:
+        context.store.delete_memory(
+            key=key,
+            scope="session",
+            session_id=context.session_id,
+            written_by_run=context.run_id,
+            written_by_tool_call=context.tool_call_id,
+        )
+    return {"forgotten": sorted(keys)}
