@@ -202,12 +202,13 @@ def memory_delete(
                 f"The {scope} entry {key!r} is at version {entry.version}, not {expected_version}.",
                 current=entry,
             )
+        entry_id = entry.pk
         _revise(entry, RevisionAction.DELETED, entry.version + 1, writer)
         entry.delete()
         if batch is not None:
             batch.add(
                 EventType.MEMORY_DELETED,
-                {"entry": str(entry.pk), "key": key, "scope": scope},
+                {"entry": str(entry_id), "key": key, "scope": scope},
                 run_id=written_by_run_id,
             )
     return True

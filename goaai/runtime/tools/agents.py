@@ -20,7 +20,7 @@ def agent_tool(agent: "Agent") -> Tool:
         str, Field(description=f"What to ask the {agent.id} agent.", min_length=1)
     ]
 
-    def ask(prompt: prompt_type, context: ToolContext) -> dict[str, Any]:  # type: ignore[valid-type]
+    def ask(prompt: prompt_type, context: ToolContext) -> dict[str, Any]:
         if context.call_agent is None:
             raise ToolRejected("Calling other agents is not available here.")
         child = context.call_agent(agent.id, prompt)
