@@ -78,8 +78,12 @@ class Command(BaseCommand):
         except GoaaiError as exc:
             raise CommandError(str(exc)) from exc
         done = threading.Event()
-        waiter = threading.Thread(target=lambda: (handle.wait(), done.set()), daemon=True)
-        waiter.start()
+
+        def wait_for_run() -> None:
+            handle.wait()
+            done.set()
+
+        threading.Thread(target=wait_for_run, daemon=True).start()
         while True:
             for event in events_after(session_id=session.id, after=after):
                 after = event.seq
@@ -131,7 +135,7 @@ class Command(BaseCommand):
                 reply = input(f"{awaiting.get('question')} > ")
                 rt.respond(run_id, answer=reply)
             else:
-                call = ToolCall.objects.get(pk=awaiting.get("tool_call"))
+                call = ToolCall.objects.get(pk=str(awaiting.get("tool_call")))
                 prompt = f"Allow {call.name}({json.dumps(call.arguments)})? [y/N] "
                 allowed = input(prompt).strip().lower() in ("y", "yes")
                 reason = "" if allowed else input("Why not? ")
