@@ -16,16 +16,41 @@ from django.db import connection
 from goaai.runtime import rt
 from tests.factories import UserFactory
 
+REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+
+
+def _redis_reachable() -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
-        return
-    skip = pytest.mark.skip(
-        reason="needs PostgreSQL: set DATABASE_URL=postgres://... (make test does when CI=true)"
+    on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+    skip_pg = pytest.mark.skip(
+        reason="needs PostgreSQL: runs in the PostgreSQL pass (DATABASE_URL=postgres://...)"
     )
+    needs_redis = [item for item in items if "redis" in item.keywords]
+    redis_missing = bool(needs_redis) and not _redis_reachable()
+    in_ci = os.environ.get("CI") == "true"
     for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(skip_pg)
+        elif "redis" in item.keywords and redis_missing and not in_ci:
+            # In CI a missing Redis must fail the test, so it is not skipped there.
+            item.add_marker(pytest.mark.skip(reason=f"needs Redis at {REDIS_TEST_URL}"))
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """A Redis database of its own for the test, emptied before it starts."""
+    import redis
+
+    redis.Redis.from_url(REDIS_TEST_URL).flushdb()
+    return REDIS_TEST_URL
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,8 @@ __all__ = ["DeltaCallback", "ModelClient", "ModelRequest", "ToolSpec", "get_mode
 def get_model_client(model: str) -> ModelClient:
     """The client for an agent's ``model`` setting.
 
-    ``scripted`` is the offline model; ``openai:<model>`` any server that speaks
+    ``scripted`` is the offline model; ``python:<dotted.path.Class>`` a client class
+    of your own; ``openai:<model>`` any server that speaks
     OpenAI's Chat Completions (``GOAAI_OPENAI_BASE_URL`` points it at Ollama, vLLM or
     llama.cpp); ``anthropic:<model>`` Anthropic's Messages API. A provider without an
     API key raises :class:`ModelError` (``unavailable``), which fails the run that
@@ -19,6 +20,12 @@ def get_model_client(model: str) -> ModelClient:
     """
     if model == "scripted":
         return ScriptedModel()
+    if model.startswith("python:"):
+        # A client class of the deployment's own, by dotted path.
+        from django.utils.module_loading import import_string
+
+        client: ModelClient = import_string(model.removeprefix("python:"))()
+        return client
 
     from goaai.runtime.errors import ModelError, UnknownAgent
     from goaai.runtime.vocabulary import ErrorKind
