@@ -157,6 +157,13 @@ GOAAI_RUN_WAIT_SECONDS = env_int("GOAAI_RUN_WAIT_SECONDS", 300)
 GOAAI_RUN_LEASE_SECONDS = env_int("GOAAI_RUN_LEASE_SECONDS", 60)
 # How often each server or worker process looks for such runs (0: never).
 GOAAI_REAPER_INTERVAL = env_int("GOAAI_REAPER_INTERVAL", 15)
+# Model providers: a key is needed only by agents using that provider (the scripted
+# model needs none). OPENAI_BASE_URL points the OpenAI client at Ollama
+# (http://localhost:11434/v1), vLLM or llama.cpp.
+GOAAI_OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+GOAAI_OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+GOAAI_ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+GOAAI_ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
 # Label rules tighten the policy of runs carrying the labels in "match"
 # (goaai.runtime.policy.LabelRule). A JSON list in GOAAI_LABEL_RULES replaces these.
 GOAAI_LABEL_RULES = env_json(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import json
+from typing import Any
 from uuid import UUID
 
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from goaai.runtime.errors import InvalidMemoryScope, NotFound
+from goaai.runtime.types import MemoryRecord
 from goaai.runtime.vocabulary import MEMORY_RESOLUTION_ORDER, MemoryScope
 from memory_app.models import MemoryEntry
 from sessions_app.models import Session
@@ -65,25 +71,114 @@ _SCOPE_RANK = Case(
 )
 
 
-def memory_resolve(*, key: str, session_id: UUID) -> MemoryEntry | None:
+# The columns a resolved read returns, in MemoryRecord's terms.
+_RESOLVE_COLUMNS = (
+    "id, key, value, scope, session_id, user_id, agent, version, updated_at, expires_at"
+)
+
+
+@functools.lru_cache(maxsize=8192)
+def _session_owner(vendor: str, session_hex: str) -> tuple[int, str] | None:
+    """A session's owner and agent. Both are fixed when the session is created and
+    never change, which is what makes caching them per process safe."""
+    row = Session.objects.filter(pk=UUID(session_hex)).values_list("owner_id", "agent").first()
+    return (row[0], row[1]) if row else None
+
+
+@functools.cache
+def _probe_sql(vendor: str) -> dict[str, str]:
+    mark = "?" if vendor == "sqlite" else "%s"
+    table = connection.ops.quote_name(MemoryEntry._meta.db_table)
+    head = f"SELECT {_RESOLVE_COLUMNS} FROM {table} WHERE "  # noqa: S608
+    tail = f"key = {mark} AND (expires_at IS NULL OR expires_at > {mark})"
+    return {
+        MemoryScope.SESSION: f"{head}scope = 'session' AND session_id = {mark} AND {tail}",
+        MemoryScope.USER: f"{head}scope = 'user' AND user_id = {mark} AND {tail}",
+        MemoryScope.AGENT: f"{head}scope = 'agent' AND agent = {mark} AND {tail}",
+        MemoryScope.GLOBAL: f"{head}scope = 'global' AND {tail}",
+    }
+
+
+def _record(vendor: str, row: tuple[Any, ...]) -> MemoryRecord:
+    entry_id, key, value, scope, session_id, user_id, agent, version, updated, expires = row
+    if vendor == "sqlite":
+        entry_id = UUID(hex=entry_id)
+        session_id = UUID(hex=session_id) if session_id else None
+        updated = _sqlite_datetime(updated)
+        expires = _sqlite_datetime(expires) if expires else None
+    return MemoryRecord(
+        id=entry_id,
+        key=key,
+        value=json.loads(value) if isinstance(value, str | bytes) else value,
+        scope=scope,
+        session_id=session_id,
+        user_id=user_id,
+        agent=agent,
+        version=version,
+        updated_at=updated,
+        expires_at=expires,
+    )
+
+
+def _sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
+    # Django stores aware datetimes in SQLite as naive UTC; its connection may
+    # already have parsed the text.
+    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+
+
+def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
     """The entry a run in the session reads for ``key``: the session's own, else its
-    user's, else its agent's, else the global one. Expired entries are skipped."""
-    owner = Session.objects.filter(pk=session_id).values_list("owner_id", "agent").first()
+    user's, else its agent's, else the global one. Expired entries are skipped.
+
+    This is the runtime's hot read path, so it is written for speed: one indexed
+    probe per scope through the driver, most specific first, stopping at the first
+    hit (an OR of the four conditions would defeat the per-scope unique indexes).
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    raw = db.connection
+    if raw is None:
+        db.ensure_connection()
+        raw = db.connection
+    vendor = db.vendor
+    owner = _session_owner(vendor, session_id.hex)
     if owner is None:
         raise NotFound(f"No session {session_id}.")
     owner_id, agent = owner
-    candidates = (
-        Q(scope=MemoryScope.SESSION, session_id=session_id)
-        | Q(scope=MemoryScope.USER, user_id=owner_id)
-        | Q(scope=MemoryScope.AGENT, agent=agent)
-        | Q(scope=MemoryScope.GLOBAL)
-    )
-    return (
-        MemoryEntry.objects.filter(candidates, _live(), key=key)
-        .annotate(scope_rank=_SCOPE_RANK)
-        .order_by("scope_rank")
-        .first()
-    )
+    probes = _probe_sql(vendor)
+    if vendor == "sqlite":
+        now = dt.datetime.now(tz=dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+        sqlite_probes: tuple[tuple[str, tuple[Any, ...]], ...] = (
+            (MemoryScope.SESSION, (session_id.hex, key, now)),
+            (MemoryScope.USER, (owner_id, key, now)),
+            (MemoryScope.AGENT, (agent, key, now)),
+            (MemoryScope.GLOBAL, (key, now)),
+        )
+        for scope, values in sqlite_probes:
+            row = raw.execute(probes[scope], values).fetchone()
+            if row is not None:
+                return _record(vendor, row)
+        return None
+    aware_now = dt.datetime.now(tz=dt.UTC)
+    with raw.cursor() as cursor:
+        pg_probes: tuple[tuple[str, tuple[Any, ...]], ...] = (
+            (MemoryScope.SESSION, (session_id, key, aware_now)),
+            (MemoryScope.USER, (owner_id, key, aware_now)),
+            (MemoryScope.AGENT, (agent, key, aware_now)),
+            (MemoryScope.GLOBAL, (key, aware_now)),
+        )
+        for scope, pg_values in pg_probes:
+            cursor.execute(probes[scope], pg_values, prepare=True)
+            row = cursor.fetchone()
+            if row is not None:
+                return _record(vendor, row)
+    return None
+
+
+def memory_resolve(*, key: str, session_id: UUID) -> MemoryEntry | None:
+    """:func:`memory_resolve_record` as a model instance (for the API and admin)."""
+    record = memory_resolve_record(key=key, session_id=session_id)
+    return MemoryEntry.objects.filter(pk=record.id).first() if record else None
 
 
 def memory_visible_to_session(*, session_id: UUID) -> QuerySet[MemoryEntry]:

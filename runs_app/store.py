@@ -391,8 +391,7 @@ class OrmRunStore:
         return list(MemoryEntry.objects.filter(where).values_list("key", flat=True))
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
-        entry = memory_selectors.memory_resolve(key=key, session_id=session_id)
-        return memory_record(entry) if entry else None
+        return memory_selectors.memory_resolve_record(key=key, session_id=session_id)
 
     def get_memory(
         self,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from goaai.runtime.models.base import DeltaCallback, ModelClient, ModelRequest, ToolSpec
 from goaai.runtime.models.scripted import ScriptedModel
 
 __all__ = ["DeltaCallback", "ModelClient", "ModelRequest", "ToolSpec", "get_model_client"]
+
+PROVIDERS = ("openai", "anthropic")
 
 
 def get_model_client(model: str) -> ModelClient:
@@ -31,11 +35,11 @@ def get_model_client(model: str) -> ModelClient:
     from goaai.runtime.vocabulary import ErrorKind
 
     provider, _, name = model.partition(":")
-    if not name or provider not in ("openai", "anthropic"):
+    if not name or provider not in PROVIDERS:
         raise UnknownAgent(f"No model client for {model!r}.")
 
-    # Read here and only here, so that the runtime stays importable without Django
-    # settings, and a key added to the environment is picked up on the next run.
+    # Settings are read here and only here: the clients stay plain Python, and a
+    # changed key or URL takes effect on the next run.
     from django.conf import settings
 
     api_key = getattr(settings, f"GOAAI_{provider.upper()}_API_KEY", "") or ""
@@ -47,6 +51,14 @@ def get_model_client(model: str) -> ModelClient:
             f"No API key configured for {provider}: set {provider.upper()}_API_KEY{hint}",
             retryable=False,
         )
+    return _provider_client(provider, name, api_key, base_url)
+
+
+# One client per configuration, shared by every run: each holds a pool of HTTP
+# connections that a client per run would open again (and leave to the garbage
+# collector). The clients keep no state between calls, so threads may share them.
+@lru_cache(maxsize=32)
+def _provider_client(provider: str, name: str, api_key: str, base_url: str | None) -> ModelClient:
     if provider == "openai":
         from goaai.runtime.models.openai_compat import OpenAICompatibleModel
 

@@ -1,12 +1,11 @@
 """Which goaai error kind a provider failure is, decided once for every client.
 
-Also the one rule for tool arguments a model garbled (:func:`parse_tool_arguments`).
-
 Both official SDKs fail in the same shapes: an HTTP status with a decoded error body,
 an error event in the middle of a stream, a timeout, or a connection that could not
 be made. Each client pulls those facts out of its own SDK's exceptions and asks
 these functions for the :class:`ModelError` to raise, so that "429 is rate_limited
-and worth retrying" is written in one place.
+and worth retrying" is written in one place. The one rule for tool arguments a model
+garbled (:func:`parse_tool_arguments`) lives here too, for the same reason.
 """
 
 from __future__ import annotations

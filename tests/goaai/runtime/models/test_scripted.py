@@ -31,7 +31,11 @@ ALL_TOOLS = tuple(
             "memory_store",
             {"key": "capital", "value": "Rome", "scope": "session"},
         ),
-        ("remember door code: 1234", "memory_store", {"key": "door code", "value": "1234", "scope": "session"}),
+        (
+            "remember door code: 1234",
+            "memory_store",
+            {"key": "door code", "value": "1234", "scope": "session"},
+        ),
         (
             "always remember my name is Ada",
             "memory_store",
@@ -66,7 +70,9 @@ def test_understand_notes_whether_the_user_said_my():
     assert understand("remember the colour is red").possessive is False
 
 
-@pytest.mark.parametrize("text", ["remember green", "remember my colour is ", "remember my colour:"])
+@pytest.mark.parametrize(
+    "text", ["remember green", "remember my colour is ", "remember my colour:"]
+)
 def test_an_incomplete_remember_is_answered_with_how_to_say_it(text):
     intent = understand(text)
 
@@ -83,7 +89,9 @@ def test_anything_else_is_answered_with_what_the_model_can_do(text):
 
 
 def _request(*messages: Message, tools=ALL_TOOLS) -> ModelRequest:
-    return ModelRequest(messages=(Message(role="system", content="Be brief."), *messages), tools=tools)
+    return ModelRequest(
+        messages=(Message(role="system", content="Be brief."), *messages), tools=tools
+    )
 
 
 def test_first_turn_asks_for_the_tool_and_says_nothing():

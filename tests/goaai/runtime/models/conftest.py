@@ -1,0 +1,158 @@
+"""Fixtures for the provider clients: a fake provider server on 127.0.0.1, and an
+in-memory store for driving the real turn loop without a database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+
+from goaai.runtime.agents import Agent, AgentRegistry
+from goaai.runtime.loop import TurnLoop
+from goaai.runtime.store import RunStore
+from goaai.runtime.types import (
+    ModelReply,
+    RunContext,
+    RunError,
+    RunInfo,
+    ToolCallRequest,
+    ToolOutcome,
+    Usage,
+)
+from tests.goaai.runtime.models.fake_providers import FakeProviderServer
+
+_PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    """Keep every request on this machine: a proxy in the environment would carry
+    the SDKs' requests to 127.0.0.1 elsewhere."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def fake_server():
+    server = FakeProviderServer().start()
+    yield server
+    server.stop()
+
+
+class InMemoryRunStore:
+    """The part of :class:`RunStore` the turn loop calls for a plain run (no
+    approvals, questions, child runs or memory), kept in dictionaries."""
+
+    def __init__(self, *, agent: str, input: str) -> None:
+        self.run_id = uuid.uuid4()
+        self.session_id = uuid.uuid4()
+        self.agent = agent
+        self.input = input
+        self.turns: dict[uuid.UUID, dict[str, Any]] = {}
+        self.tool_calls: dict[uuid.UUID, dict[str, Any]] = {}
+        self.decisions: list[tuple[str, str, str]] = []
+
+    def claim_run(self, run_id: uuid.UUID, *, owner: str, lease_seconds: float) -> RunContext:
+        assert run_id == self.run_id
+        return RunContext(
+            run_id=run_id,
+            session_id=self.session_id,
+            owner_id=1,
+            agent=self.agent,
+            input=self.input,
+            labels={},
+            lease_owner=owner,
+        )
+
+    def renew_lease(self, run_id: uuid.UUID, *, owner: str, lease_seconds: float) -> bool:
+        return True
+
+    def worker(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def cancel_requested(self, run_id: uuid.UUID) -> str | None:
+        return None
+
+    def start_turn(
+        self, *, run_id: uuid.UUID, index: int, model: str, messages: list[dict[str, Any]]
+    ) -> uuid.UUID:
+        turn_id = uuid.uuid4()
+        self.turns[turn_id] = {"index": index, "model": model, "messages": messages, "reply": None}
+        return turn_id
+
+    def complete_turn(self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int) -> None:
+        self.turns[turn_id]["reply"] = reply
+
+    def schedule_tool_call(
+        self, *, turn_id: uuid.UUID, index: int, request: ToolCallRequest, requires_approval: bool
+    ) -> uuid.UUID:
+        call_id = uuid.uuid4()
+        self.tool_calls[call_id] = {"turn_id": turn_id, "request": request, "outcome": None}
+        return call_id
+
+    def begin_tool_call(self, *, tool_call_id: uuid.UUID) -> int:
+        return 1
+
+    def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> None:
+        self.tool_calls[tool_call_id]["outcome"] = outcome
+
+    def policy_decision(self, *, run_id: uuid.UUID, rule: str, verdict: str, reason: str) -> None:
+        self.decisions.append((rule, verdict, reason))
+
+    def finish_run(
+        self, *, run_id: uuid.UUID, status: str, output: str = "", error: RunError | None = None
+    ) -> RunInfo:
+        replies = [turn["reply"] for turn in self.turns.values() if turn["reply"] is not None]
+        return RunInfo(
+            id=run_id,
+            session_id=self.session_id,
+            agent=self.agent,
+            status=status,
+            input=self.input,
+            output=output,
+            labels={},
+            usage=Usage(
+                input_tokens=sum(reply.usage.input_tokens for reply in replies),
+                output_tokens=sum(reply.usage.output_tokens for reply in replies),
+            ),
+            error=error,
+            created_at=dt.datetime.now(tz=dt.UTC),
+        )
+
+
+@dataclass
+class LoopResult:
+    run: RunInfo | None
+    store: InMemoryRunStore
+    deltas: list[str]
+
+
+@pytest.fixture
+def run_turn_loop():
+    """Execute one run of ``agent`` with the real turn loop and an in-memory store."""
+
+    def run(agent: Agent, input: str) -> LoopResult:
+        store = InMemoryRunStore(agent=agent.id, input=input)
+        deltas: list[str] = []
+        loop = TurnLoop(
+            # Structurally a RunStore for everything such a run reaches.
+            store=cast(RunStore, store),
+            agents=AgentRegistry([agent]),
+            publish_delta=lambda context, turn_id, text: deltas.append(text),
+        )
+        return LoopResult(loop.execute(store.run_id), store, deltas)
+
+    return run
