@@ -49,6 +49,8 @@ def setup_django(db: str, postgres_url: str) -> str:
     os.environ["DATABASE_POOL"] = "0"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
     os.environ["LOG_LEVEL"] = "WARNING"
+    # As in production: with DEBUG on, Django records every query it runs.
+    os.environ["DEBUG"] = "0"
     import django
 
     django.setup()

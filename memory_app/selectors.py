@@ -17,6 +17,7 @@ from goaai.runtime.types import MemoryRecord
 from goaai.runtime.vocabulary import MEMORY_RESOLUTION_ORDER, MemoryScope
 from memory_app.models import MemoryEntry
 from sessions_app.models import Session
+from sessions_app.selectors import session_owner_and_agent
 
 
 def owner_filter(
@@ -77,19 +78,11 @@ _RESOLVE_COLUMNS = (
 )
 
 
-@functools.lru_cache(maxsize=8192)
-def _session_owner(vendor: str, session_hex: str) -> tuple[int, str] | None:
-    """A session's owner and agent. Both are fixed when the session is created and
-    never change, which is what makes caching them per process safe."""
-    row = Session.objects.filter(pk=UUID(session_hex)).values_list("owner_id", "agent").first()
-    return (row[0], row[1]) if row else None
-
-
 @functools.cache
 def _probe_sql(vendor: str) -> dict[str, str]:
     mark = "?" if vendor == "sqlite" else "%s"
     table = connection.ops.quote_name(MemoryEntry._meta.db_table)
-    head = f"SELECT {_RESOLVE_COLUMNS} FROM {table} WHERE "  # noqa: S608
+    head = f"SELECT {_RESOLVE_COLUMNS} FROM {table} WHERE "
     tail = f"key = {mark} AND (expires_at IS NULL OR expires_at > {mark})"
     return {
         MemoryScope.SESSION: f"{head}scope = 'session' AND session_id = {mark} AND {tail}",
@@ -141,7 +134,7 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
         db.ensure_connection()
         raw = db.connection
     vendor = db.vendor
-    owner = _session_owner(vendor, session_id.hex)
+    owner = session_owner_and_agent(session_id)
     if owner is None:
         raise NotFound(f"No session {session_id}.")
     owner_id, agent = owner
@@ -195,3 +188,40 @@ def memory_visible_to_session(*, session_id: UUID) -> QuerySet[MemoryEntry]:
         .annotate(scope_rank=_SCOPE_RANK)
         .order_by("key", "scope_rank")
     )
+
+
+def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str, Any]]:
+    """Up to ``limit`` live facts a run in the session starts with, as (scope, key,
+    value): the session's own first, then its user's, its agent's, the global ones.
+
+    Each scope is read through its own (owner, key) index with its own limit, so the
+    cost does not grow with the size of the global or agent memory.
+    """
+    owner = session_owner_and_agent(session_id)
+    if owner is None:
+        raise NotFound(f"No session {session_id}.")
+    owner_id, agent = owner
+    table = connection.ops.quote_name(MemoryEntry._meta.db_table)
+    live = "(expires_at IS NULL OR expires_at > %s)"
+    branch = "SELECT * FROM (SELECT {rank} AS rank, scope, key, value FROM " + table
+    where = [
+        f"scope = 'session' AND session_id = %s AND {live}",
+        f"scope = 'user' AND user_id = %s AND {live}",
+        f"scope = 'agent' AND agent = %s AND {live}",
+        f"scope = 'global' AND {live}",
+    ]
+    branches = [
+        branch.format(rank=rank) + f" WHERE {condition} LIMIT %s) AS scope{rank}"
+        for rank, condition in enumerate(where)
+    ]
+    now = timezone.now()
+    from runs_app import lean
+
+    with lean.cursor() as cursor:
+        rows = lean.execute(
+            cursor,
+            " UNION ALL ".join(branches),
+            [session_id, now, limit, owner_id, now, limit, agent, now, limit, now, limit],
+        ).fetchall()
+    rows.sort(key=lambda row: (row[0], row[2]))
+    return [(scope, key, lean.json_of(value)) for _, scope, key, value in rows[:limit]]

@@ -232,8 +232,33 @@ def memory_delete_by_id(
     )
 
 
-def memory_purge_expired(*, now: dt.datetime | None = None) -> int:
-    """Delete entries whose expiry has passed; returns how many."""
+def memory_purge_expired(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
+    """Delete entries whose expiry has passed, each leaving a "deleted" revision by
+    the system in its history; returns how many were purged."""
     cutoff = now or timezone.now()
-    deleted, _ = MemoryEntry.objects.filter(expires_at__lte=cutoff).delete()
-    return deleted
+    writer = _writer(None, None, None)
+    purged = 0
+    while True:
+        with transaction.atomic():
+            expired = list(
+                MemoryEntry.objects.select_for_update().filter(expires_at__lte=cutoff)[:batch_size]
+            )
+            if not expired:
+                return purged
+            MemoryRevision.objects.bulk_create(
+                MemoryRevision(
+                    entry_id=entry.pk,
+                    key=entry.key,
+                    scope=entry.scope,
+                    session_id=entry.session_id,
+                    user_id=entry.user_id,
+                    agent=entry.agent,
+                    version=entry.version + 1,
+                    value=None,
+                    action=RevisionAction.DELETED,
+                    actor_kind=writer["kind"],
+                )
+                for entry in expired
+            )
+            MemoryEntry.objects.filter(pk__in=[entry.pk for entry in expired]).delete()
+            purged += len(expired)

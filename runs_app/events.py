@@ -13,18 +13,23 @@ inside :func:`recording`, which
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
+import queue
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
+from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
+from runs_app import lean
 from runs_app.models import RunEvent
 from sessions_app.models import Session
 
@@ -36,67 +41,103 @@ def session_group(session_id: UUID | str) -> str:
     return f"session.{UUID(str(session_id)).hex}"
 
 
+class Event(NamedTuple):
+    """An event as written: what the log row holds, without the ORM's cost."""
+
+    session_id: UUID
+    run_id: UUID | None
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: dt.datetime
+
+
 @dataclass
 class EventBatch:
     """The events of one transaction of one session, numbered on flush."""
 
     session_id: UUID
+    # The session's counter as this transaction found it, plus what it reserved.
     last_seq: int
+    reserved: int
     session_status: str
     session_owner_id: int
     session_agent: str
-    pending: list[RunEvent] = field(default_factory=list)
+    cursor: Any
+    pending: list[tuple[str, dict[str, Any], UUID | None]] = field(default_factory=list)
 
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
-        self.pending.append(
-            RunEvent(session_id=self.session_id, run_id=run_id, type=type, data=data)
-        )
+        self.pending.append((type, data, run_id))
 
-    def flush(self) -> list[RunEvent]:
-        if not self.pending:
+    def flush(self) -> list[Event]:
+        """Number and insert the pending events, and return them."""
+        count = len(self.pending)
+        if count != self.reserved:
+            # Fewer or more events than reserved: move the counter by the difference,
+            # so that it ends exactly at the last event written (no gap).
+            lean.execute(
+                self.cursor,
+                f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s",
+                [count - self.reserved, self.session_id],
+            )
+            self.reserved = count
+        if not count:
             return []
-        for event in self.pending:
-            self.last_seq += 1
-            event.seq = self.last_seq
-        # The counter moves with the events; the row is already locked by us.
-        Session.objects.filter(pk=self.session_id).update(last_event_seq=self.last_seq)
-        written = RunEvent.objects.bulk_create(self.pending)
-        self.pending = []
-        transaction.on_commit(lambda: publish_events(written))
-        return written
-
-
-def _lock_session(session_id: UUID) -> EventBatch:
-    table = connection.ops.quote_name(Session._meta.db_table)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    # A lean statement: this runs once per recorded step, so no queryset machinery.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT last_event_seq, status, owner_id, agent FROM {table} WHERE id = %s{lock}",  # noqa: S608
-            [Session._meta.pk.get_db_prep_value(session_id, connection)],
+        now = timezone.now()
+        events = [
+            Event(self.session_id, run_id, self.last_seq + position, type, data, now)
+            for position, (type, data, run_id) in enumerate(self.pending, start=1)
+        ]
+        # One multi-row INSERT: one round trip however many events the step wrote.
+        lean.execute(
+            self.cursor,
+            f"INSERT INTO {_EVENTS} (session_id, run_id, seq, type, data, created_at) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %j, %s)"] * count),
+            [value for event in events for value in event],
         )
-        row = cursor.fetchone()
-    if row is None:
-        raise NotFound(f"No session {session_id}.")
-    return EventBatch(
-        session_id=session_id,
-        last_seq=row[0],
-        session_status=row[1],
-        session_owner_id=row[2],
-        session_agent=row[3],
-    )
+        self.last_seq += count
+        self.reserved = 0
+        self.pending = []
+        transaction.on_commit(lambda: publish_events(events))
+        return events
+
+
+_SESSIONS = Session._meta.db_table
+_EVENTS = RunEvent._meta.db_table
 
 
 @contextmanager
-def recording(session_id: UUID) -> Iterator[EventBatch]:
-    """A transaction on one session whose events are numbered and stored on exit."""
-    with transaction.atomic():
-        batch = _lock_session(UUID(str(session_id)))
+def recording(session_id: UUID, *, expect: int = 0) -> Iterator[EventBatch]:
+    """A transaction on one session whose events are numbered and stored on exit.
+
+    It starts by moving the session's event counter by ``expect`` (the number of
+    events the caller will add, when it knows): that one statement both locks the
+    session row, first, so that every writer takes its locks in the same order and
+    concurrent writers cannot deadlock, and reserves the sequence numbers.
+    """
+    with transaction.atomic(), lean.cursor() as cursor:
+        row = lean.execute(
+            cursor,
+            f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s "
+            "RETURNING last_event_seq, status, owner_id, agent",
+            [expect, UUID(str(session_id))],
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"No session {session_id}.")
+        batch = EventBatch(
+            session_id=UUID(str(session_id)),
+            last_seq=row[0] - expect,
+            reserved=expect,
+            session_status=row[1],
+            session_owner_id=row[2],
+            session_agent=row[3],
+            cursor=cursor,
+        )
         yield batch
         batch.flush()
 
 
-def event_as_dict(event: RunEvent) -> dict[str, Any]:
+def event_as_dict(event: RunEvent | Event) -> dict[str, Any]:
     """An event as the API, the live stream and exports show it."""
     return {
         "seq": event.seq,
@@ -107,35 +148,83 @@ def event_as_dict(event: RunEvent) -> dict[str, Any]:
     }
 
 
-def publish_events(events: list[RunEvent]) -> None:
-    """Send committed events to the session's live subscribers.
+class _Publisher:
+    """Sends to the channel layer from one background thread, in commit order.
 
-    Failures are logged, not raised: the events are already stored, and a
-    subscriber that missed one catches up from the database by sequence number.
+    A run's worker only puts committed events on a queue: a slow or unreachable
+    channel layer never slows the run, and subscribers that miss a message catch
+    up from the database by sequence number.
     """
-    layer = get_channel_layer()
-    if layer is None or not events:
-        return
-    try:
-        async_to_sync(layer.group_send)(
-            session_group(events[0].session_id),
-            {"type": "session.events", "events": [event_as_dict(e) for e in events]},
-        )
-    except Exception:
-        logger.exception(
-            "Publishing %d events of session %s failed", len(events), events[0].session_id
-        )
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def listened(group: str) -> bool:
+        """Whether anyone may be subscribed to ``group``. The in-memory layer (the
+        embedded default) knows its groups; with any other layer, assume so."""
+        layer = get_channel_layer()
+        if layer is None:
+            return False
+        groups = getattr(layer, "groups", None)
+        return not isinstance(layer, InMemoryChannelLayer) or bool(groups and group in groups)
+
+    def send(self, group: str, message: dict[str, Any] | list[Event]) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="goaai-publisher", daemon=True
+                    )
+                    self._thread.start()
+        self._queue.put((group, message))
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            group, item = self._queue.get()
+            if isinstance(item, list):
+                # Formatting happens here, off the run's worker thread.
+                message = {"type": "session.events", "events": [event_as_dict(e) for e in item]}
+            elif item.get("type") == "_drain":
+                item["done"].set()
+                continue
+            else:
+                message = item
+            layer = get_channel_layer()
+            if layer is None:
+                continue
+            try:
+                loop.run_until_complete(layer.group_send(group, message))
+            except Exception:
+                logger.exception("Publishing to %s failed", group)
+
+    def drain(self, timeout: float = 5.0) -> None:
+        """Wait until everything queued so far was sent (for tests and shutdown)."""
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put(("", {"type": "_drain", "done": done}))
+        done.wait(timeout)
+
+
+publisher = _Publisher()
+
+
+def publish_events(events: list[Event]) -> None:
+    """Queue committed events for the session's live subscribers."""
+    if events:
+        group = session_group(events[0].session_id)
+        if publisher.listened(group):
+            publisher.send(group, events)
 
 
 def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:
-    """Send a piece of streamed model text to live subscribers; it is never stored."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(
-            session_group(session_id),
-            {"type": "run.delta", "run": str(run_id), "turn": str(turn_id), "text": text},
+    """Queue a piece of streamed model text for live subscribers; it is never stored."""
+    group = session_group(session_id)
+    if publisher.listened(group):
+        publisher.send(
+            group, {"type": "run.delta", "run": str(run_id), "turn": str(turn_id), "text": text}
         )
-    except Exception:
-        logger.exception("Publishing a delta of run %s failed", run_id)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import Any
+import uuid
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -27,9 +29,16 @@ from goaai.runtime.vocabulary import (
     ToolCallStatus,
     sources_of,
 )
+from runs_app import lean
 from runs_app.events import EventBatch, recording
 from runs_app.models import Run, RunEvent, ToolCall, Turn
 from sessions_app.models import SessionStatus
+
+_RUNS = Run._meta.db_table
+_TURNS = Turn._meta.db_table
+_CALLS = ToolCall._meta.db_table
+_INDEX = '"index"'  # a reserved word on both databases
+_RUN_FIELDS = {f.name: f for f in Run._meta.concrete_fields}
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
@@ -39,20 +48,23 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
 
 
 def _session_of_run(run_id: UUID) -> UUID:
-    session_id = Run.objects.filter(pk=run_id).values_list("session_id", flat=True).first()
-    if session_id is None:
+    with lean.cursor() as cursor:
+        row = lean.execute(
+            cursor, f"SELECT session_id FROM {_RUNS} WHERE id = %s", [run_id]
+        ).fetchone()
+    if row is None:
         raise NotFound(f"No run {run_id}.")
-    return session_id
+    return lean.uuid_of(row[0])
 
 
 def event_append(
     *, session_id: UUID, type: str, data: dict[str, Any], run_id: UUID | None = None
 ) -> RunEvent:
     """Append one event to a session's log with the next sequence number."""
-    with recording(session_id) as batch:
+    with recording(session_id, expect=1) as batch:
         batch.add(type, data, run_id=run_id)
         (event,) = batch.flush()
-    return event
+    return RunEvent.objects.get(session_id=event.session_id, seq=event.seq)
 
 
 # Runs
@@ -81,7 +93,8 @@ def run_create(
     with recording(session_id) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
-        run = Run.objects.create(
+        run = Run(
+            id=uuid.uuid4(),
             session_id=session_id,
             agent=agent,
             input=input,
@@ -94,6 +107,8 @@ def run_create(
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint,
         )
+        run.created_at = run.updated_at = timezone.now()
+        _insert(batch, run)
         batch.add(
             EventType.RUN_CREATED,
             {
@@ -119,23 +134,62 @@ def run_create(
     return run
 
 
+def _insert(batch: EventBatch, obj: Run) -> None:
+    """INSERT one run, every column, in the batch's transaction."""
+    fields = Run._meta.concrete_fields
+    marks = ", ".join("%j" if f.get_internal_type() == "JSONField" else "%s" for f in fields)
+    lean.execute(
+        batch.cursor,
+        f"INSERT INTO {_RUNS} ({lean.columns(Run)}) VALUES ({marks})",
+        [getattr(obj, f.attname) for f in fields],
+    )
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
 def _transition(batch: EventBatch, run_id: UUID, target: RunStatus, **changes: Any) -> Run:
     """Move a run to ``target`` if its current status allows it, in ``batch``'s
-    transaction; :class:`IllegalTransition` otherwise."""
-    allowed = sources_of(target)
-    updated = Run.objects.filter(pk=run_id, status__in=allowed).update(
-        status=target, updated_at=timezone.now(), **changes
-    )
-    if not updated:
+    transaction, and return it as it is then; :class:`IllegalTransition` otherwise.
+
+    One compare-and-set statement that returns the updated row: whichever of two
+    racing writers comes second finds the status changed and fails cleanly."""
+    allowed = sorted(sources_of(target))
+    assignments = ["status = %s", "updated_at = %s"]
+    values: list[Any] = [target, timezone.now()]
+    for name, value in changes.items():
+        field = _RUN_FIELDS[name]
+        column = connection.ops.quote_name(field.column)
+        if isinstance(value, Increment):
+            assignments.append(f"{column} = {column} + %s")
+            values.append(value.amount)
+        else:
+            is_json = field.get_internal_type() == "JSONField"
+            assignments.append(f"{column} = {'%j' if is_json else '%s'}")
+            values.append(value)
+    marks = ", ".join(["%s"] * len(allowed))
+    row = lean.execute(
+        batch.cursor,
+        f"UPDATE {_RUNS} SET {', '.join(assignments)} WHERE id = %s AND status IN ({marks}) "
+        f"RETURNING {lean.columns(Run)}",
+        [*values, run_id, *allowed],
+    ).fetchone()
+    if row is None:
         current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
         if current is None:
             raise NotFound(f"No run {run_id}.")
         raise IllegalTransition(run_id, current, target)
-    return Run.objects.get(pk=run_id)
+    return lean.load(Run, row)
+
+
+@dataclass(frozen=True)
+class Increment:
+    """A change that adds to a column's current value instead of replacing it."""
+
+    amount: float
 
 
 def run_start(*, run_id: UUID) -> Run:
@@ -147,11 +201,14 @@ def run_start(*, run_id: UUID) -> Run:
 
 
 def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any) -> Run:
-    run = _transition(batch, run_id, status, ended_at=timezone.now(), **changes)
+    now = timezone.now()
+    run = _transition(batch, run_id, status, ended_at=now, **changes)
     # Steps still open when a run ends were cut short with it.
-    ToolCall.objects.filter(
-        run_id=run_id, status__in=[ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING]
-    ).update(status=ToolCallStatus.CANCELED, ended_at=timezone.now())
+    lean.execute(
+        batch.cursor,
+        f"UPDATE {_CALLS} SET status = %s, ended_at = %s WHERE run_id = %s AND status IN (%s, %s)",
+        [ToolCallStatus.CANCELED, now, run_id, ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING],
+    )
     return run
 
 
@@ -163,9 +220,9 @@ def _usage(run: Run) -> dict[str, int]:
     }
 
 
-def run_complete(*, run_id: UUID, output: str) -> Run:
+def run_complete(*, run_id: UUID, output: str, session_id: UUID | None = None) -> Run:
     """``running`` → ``completed`` with the final answer."""
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(session_id or _session_of_run(run_id), expect=1) as batch:
         run = _run_end(batch, run_id, RunStatus.COMPLETED, output=output)
         batch.add(
             RUN_END_EVENTS[RunStatus.COMPLETED],
@@ -290,7 +347,7 @@ def _resume(batch: EventBatch, run_id: UUID, **data: Any) -> Run:
         RunStatus.RUNNING,
         awaiting=None,
         awaiting_since=None,
-        paused_seconds=F("paused_seconds") + paused,
+        paused_seconds=Increment(paused),
         lease_owner="",
         lease_expires_at=None,
     )
@@ -394,8 +451,11 @@ def run_respond(
         return _resume(batch, run_id, answered=awaiting.get("kind"))
 
 
-def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Run | None:
-    """Take a run for execution under a lease; ``None`` if it is not claimable.
+def run_claim(
+    *, run_id: UUID, owner: str, lease_seconds: float, session_id: UUID | None = None
+) -> tuple[Run, bool] | None:
+    """Take a run for execution under a lease: the run, and whether it has just
+    started (``False``: it was taken over); ``None`` if it is not claimable.
 
     A pending run starts (``run.started``); a running run that no live worker holds
     (its lease expired, or it was released after an answer) is taken over, and
@@ -403,12 +463,8 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Run | None:
     """
     now = timezone.now()
     expires = now + dt.timedelta(seconds=lease_seconds)
-    session_id = _session_of_run(run_id)
-    with recording(session_id) as batch:
-        run = Run.objects.filter(pk=run_id).first()
-        if run is None or run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
-            return None
-        if run.status == RunStatus.PENDING:
+    with recording(session_id or _session_of_run(run_id), expect=1) as batch:
+        try:
             run = _transition(
                 batch,
                 run_id,
@@ -417,9 +473,14 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Run | None:
                 lease_owner=owner,
                 lease_expires_at=expires,
             )
+        except IllegalTransition:
+            run = None
+        if run is not None:
+            # It was pending: the common case, settled in one statement.
             batch.add(EventType.RUN_STARTED, {"agent": run.agent, "worker": owner}, run_id=run_id)
-            return run
-        if _lease_live(run):
+            return run, True
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.RUNNING or _lease_live(run):
             return None
         taken = Run.objects.filter(
             pk=run_id, status=RunStatus.RUNNING, lease_owner=run.lease_owner
@@ -432,7 +493,7 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Run | None:
                 {"reason": "worker_lost", "previous_worker": run.lease_owner, "worker": owner},
                 run_id=run_id,
             )
-    return Run.objects.get(pk=run_id)
+    return Run.objects.get(pk=run_id), False
 
 
 def run_renew_lease(*, run_id: UUID, owner: str, lease_seconds: float) -> bool:
@@ -459,15 +520,32 @@ def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str
 
 
 def turn_start(
-    *, run_id: UUID, index: int, model: str, request_messages: list[dict[str, Any]]
+    *,
+    run_id: UUID,
+    index: int,
+    model: str,
+    request_messages: list[dict[str, Any]],
+    session_id: UUID | None = None,
 ) -> Turn:
     """Record that a turn began with these messages sent to the model."""
-    with recording(_session_of_run(run_id)) as batch:
+    session_id = session_id or _session_of_run(run_id)
+    turn = Turn(
+        id=uuid.uuid4(),
+        run_id=run_id,
+        index=index,
+        model=model,
+        request_messages=request_messages,
+        started_at=timezone.now(),
+    )
+    with recording(session_id, expect=1) as batch:
         try:
-            with transaction.atomic():
-                turn = Turn.objects.create(
-                    run_id=run_id, index=index, model=model, request_messages=request_messages
-                )
+            lean.execute(
+                batch.cursor,
+                f"INSERT INTO {_TURNS} (id, run_id, {_INDEX}, model, request_messages, "
+                "response_text, response_tool_calls, input_tokens, output_tokens, started_at) "
+                "VALUES (%s, %s, %s, %s, %j, '', %j, 0, 0, %s)",
+                [turn.id, run_id, index, model, request_messages, [], turn.started_at],
+            )
         except IntegrityError as exc:
             raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}") from exc
         batch.add(
@@ -490,6 +568,39 @@ def turn_restart(*, turn_id: UUID) -> Turn:
     return turn
 
 
+class TurnKeys(NamedTuple):
+    """What the step services need to know about a turn; a caller that has them
+    (the runtime's store) passes them and saves a read."""
+
+    run_id: UUID
+    session_id: UUID
+    index: int
+    model: str
+
+
+class CallKeys(NamedTuple):
+    """What the step services need to know about a tool call (see :class:`TurnKeys`)."""
+
+    run_id: UUID
+    session_id: UUID
+    name: str
+    started_at: dt.datetime | None
+
+
+def _turn_keys(turn_id: UUID) -> TurnKeys:
+    """(run, session, index, model) of a turn, in one lean read."""
+    with lean.cursor() as cursor:
+        row = lean.execute(
+            cursor,
+            f"SELECT t.run_id, r.session_id, t.{_INDEX}, t.model FROM {_TURNS} t "
+            f"JOIN {_RUNS} r ON r.id = t.run_id WHERE t.id = %s",
+            [turn_id],
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"No turn {turn_id}.")
+    return TurnKeys(lean.uuid_of(row[0]), lean.uuid_of(row[1]), row[2], row[3])
+
+
 def turn_complete(
     *,
     turn_id: UUID,
@@ -499,43 +610,48 @@ def turn_complete(
     output_tokens: int,
     latency_ms: int,
     model: str = "",
-) -> Turn:
+    keys: TurnKeys | None = None,
+) -> None:
     """Record the model's reply to a turn and add its token usage to the run's."""
-    turn = Turn.objects.select_related("run").get(pk=turn_id)
-    run = turn.run
-    with recording(run.session_id) as batch:
-        now = timezone.now()
-        changes: dict[str, Any] = {
-            "response_text": text,
-            "response_tool_calls": tool_calls,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "latency_ms": latency_ms,
-            "ended_at": now,
-        }
-        if model:
-            changes["model"] = model
-        Turn.objects.filter(pk=turn_id).update(**changes)
-        Run.objects.filter(pk=run.pk).update(
-            input_tokens=F("input_tokens") + input_tokens,
-            output_tokens=F("output_tokens") + output_tokens,
-            total_tokens=F("total_tokens") + input_tokens + output_tokens,
+    run_id, session_id, index, current_model = keys or _turn_keys(turn_id)
+    with recording(session_id, expect=3 if text else 2) as batch:
+        lean.execute(
+            batch.cursor,
+            f"UPDATE {_TURNS} SET response_text = %s, response_tool_calls = %j, "
+            "input_tokens = %s, output_tokens = %s, latency_ms = %s, ended_at = %s, model = %s "
+            "WHERE id = %s",
+            [
+                text,
+                tool_calls,
+                input_tokens,
+                output_tokens,
+                latency_ms,
+                timezone.now(),
+                model or current_model,
+                turn_id,
+            ],
+        )
+        lean.execute(
+            batch.cursor,
+            f"UPDATE {_RUNS} SET input_tokens = input_tokens + %s, "
+            "output_tokens = output_tokens + %s, total_tokens = total_tokens + %s WHERE id = %s",
+            [input_tokens, output_tokens, input_tokens + output_tokens, run_id],
         )
         batch.add(
             EventType.TURN_COMPLETED,
             {
                 "turn": str(turn_id),
-                "index": turn.index,
+                "index": index,
                 "tool_calls": len(tool_calls),
                 "latency_ms": latency_ms,
             },
-            run_id=run.pk,
+            run_id=run_id,
         )
         if text:
             batch.add(
                 EventType.MESSAGE_COMPLETED,
                 {"turn": str(turn_id), "role": "assistant", "text": text},
-                run_id=run.pk,
+                run_id=run_id,
             )
         batch.add(
             EventType.USAGE,
@@ -545,10 +661,8 @@ def turn_complete(
                 "output_tokens": output_tokens,
                 "total_tokens": input_tokens + output_tokens,
             },
-            run_id=run.pk,
+            run_id=run_id,
         )
-    turn.refresh_from_db()
-    return turn
 
 
 # Tool calls
@@ -562,21 +676,45 @@ def tool_call_schedule(
     name: str,
     arguments: dict[str, Any],
     requires_approval: bool = False,
+    run_id: UUID | None = None,
+    session_id: UUID | None = None,
 ) -> ToolCall:
     """Record a tool call the model asked for; one that needs approval asks for it."""
-    turn = Turn.objects.select_related("run").get(pk=turn_id)
-    run = turn.run
-    with recording(run.session_id) as batch:
-        call = ToolCall.objects.create(
-            run_id=run.pk,
-            turn_id=turn_id,
-            session_id=run.session_id,
-            call_id=call_id,
-            index=index,
-            name=name,
-            arguments=arguments,
-            requires_approval=requires_approval,
-            status=ToolCallStatus.SCHEDULED,
+    if run_id is None or session_id is None:
+        run_id, session_id, _, _ = _turn_keys(turn_id)
+    call = ToolCall(
+        id=uuid.uuid4(),
+        run_id=run_id,
+        turn_id=turn_id,
+        session_id=session_id,
+        call_id=call_id,
+        index=index,
+        name=name,
+        arguments=arguments,
+        requires_approval=requires_approval,
+        status=ToolCallStatus.SCHEDULED,
+        created_at=timezone.now(),
+    )
+    with recording(session_id, expect=2 if requires_approval else 1) as batch:
+        lean.execute(
+            batch.cursor,
+            f"INSERT INTO {_CALLS} (id, run_id, turn_id, session_id, call_id, {_INDEX}, name, "
+            "arguments, status, error_kind, error_message, requires_approval, decision, "
+            "decision_reason, attempt, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %j, %s, '', '', %s, '', '', 0, %s)",
+            [
+                call.id,
+                run_id,
+                turn_id,
+                session_id,
+                call_id,
+                index,
+                name,
+                arguments,
+                ToolCallStatus.SCHEDULED,
+                requires_approval,
+                call.created_at,
+            ],
         )
         batch.add(
             EventType.TOOL_CALL_SCHEDULED,
@@ -586,33 +724,65 @@ def tool_call_schedule(
                 "arguments": arguments,
                 "requires_approval": requires_approval,
             },
-            run_id=run.pk,
+            run_id=run_id,
         )
         if requires_approval:
             batch.add(
                 EventType.TOOL_CALL_APPROVAL_REQUESTED,
                 {"tool_call": str(call.id), "name": name, "arguments": arguments},
-                run_id=run.pk,
+                run_id=run_id,
             )
     return call
 
 
-def tool_call_begin(*, tool_call_id: UUID) -> ToolCall:
-    """A scheduled call starts executing (or an interrupted one starts again)."""
-    call = ToolCall.objects.get(pk=tool_call_id)
-    with recording(call.session_id) as batch:
-        updated = ToolCall.objects.filter(
-            pk=tool_call_id, status__in=[ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING]
-        ).update(status=ToolCallStatus.RUNNING, attempt=F("attempt") + 1, started_at=timezone.now())
-        if not updated:
-            raise IllegalTransition(tool_call_id, call.status, ToolCallStatus.RUNNING)
-        call.refresh_from_db()
+def _tool_call_keys(tool_call_id: UUID) -> CallKeys:
+    """(run, session, name, started_at) of a tool call, in one lean read."""
+    with lean.cursor() as cursor:
+        row = lean.execute(
+            cursor,
+            f"SELECT run_id, session_id, name, started_at FROM {_CALLS} WHERE id = %s",
+            [tool_call_id],
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"No tool call {tool_call_id}.")
+    return CallKeys(lean.uuid_of(row[0]), lean.uuid_of(row[1]), row[2], lean.datetime_of(row[3]))
+
+
+def _tool_call_status(tool_call_id: UUID) -> str:
+    status = ToolCall.objects.filter(pk=tool_call_id).values_list("status", flat=True).first()
+    if status is None:
+        raise NotFound(f"No tool call {tool_call_id}.")
+    return status
+
+
+def tool_call_begin(
+    *, tool_call_id: UUID, keys: CallKeys | None = None, now: dt.datetime | None = None
+) -> int:
+    """A scheduled call starts executing (or an interrupted one starts again) at
+    ``now``; returns its attempt number."""
+    run_id, session_id, name, _ = keys or _tool_call_keys(tool_call_id)
+    with recording(session_id, expect=1) as batch:
+        row = lean.execute(
+            batch.cursor,
+            f"UPDATE {_CALLS} SET status = %s, attempt = attempt + 1, started_at = %s "
+            "WHERE id = %s AND status IN (%s, %s) RETURNING attempt",
+            [
+                ToolCallStatus.RUNNING,
+                now or timezone.now(),
+                tool_call_id,
+                ToolCallStatus.SCHEDULED,
+                ToolCallStatus.RUNNING,
+            ],
+        ).fetchone()
+        if row is None:
+            current = _tool_call_status(tool_call_id)
+            raise IllegalTransition(tool_call_id, current, ToolCallStatus.RUNNING)
         batch.add(
             EventType.TOOL_CALL_STARTED,
-            {"tool_call": str(call.id), "name": call.name, "attempt": call.attempt},
-            run_id=call.run_id,
+            {"tool_call": str(tool_call_id), "name": name, "attempt": row[0]},
+            run_id=run_id,
         )
-    return call
+    return int(row[0])
 
 
 def tool_call_start(
@@ -633,38 +803,49 @@ def tool_call_start(
         arguments=arguments,
         requires_approval=requires_approval,
     )
-    return tool_call_begin(tool_call_id=call.id)
+    tool_call_begin(tool_call_id=call.id)
+    return ToolCall.objects.get(pk=call.id)
 
 
 def tool_call_finish(
-    *, tool_call_id: UUID, result: Any = None, error_kind: str = "", error_message: str = ""
-) -> ToolCall:
+    *,
+    tool_call_id: UUID,
+    result: Any = None,
+    error_kind: str = "",
+    error_message: str = "",
+    keys: CallKeys | None = None,
+) -> None:
     """Record how a running tool call ended: its result, or its error."""
-    call = ToolCall.objects.get(pk=tool_call_id)
-    with recording(call.session_id) as batch:
+    run_id, session_id, name, started = keys or _tool_call_keys(tool_call_id)
+    target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
+    with recording(session_id, expect=1) as batch:
         now = timezone.now()
-        duration = int((now - call.started_at).total_seconds() * 1000) if call.started_at else None
-        status = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
-        updated = ToolCall.objects.filter(pk=tool_call_id, status=ToolCallStatus.RUNNING).update(
-            status=status,
-            result=None if error_kind else result,
-            error_kind=error_kind,
-            error_message=error_message,
-            ended_at=now,
-            duration_ms=duration,
-        )
+        duration = int((now - started).total_seconds() * 1000) if started else None
+        updated = lean.execute(
+            batch.cursor,
+            f"UPDATE {_CALLS} SET status = %s, result = %j, error_kind = %s, error_message = %s, "
+            "ended_at = %s, duration_ms = %s WHERE id = %s AND status = %s",
+            [
+                target,
+                None if error_kind else result,
+                error_kind,
+                error_message,
+                now,
+                duration,
+                tool_call_id,
+                ToolCallStatus.RUNNING,
+            ],
+        ).rowcount
         if not updated:
-            raise IllegalTransition(tool_call_id, call.status, status)
+            raise IllegalTransition(tool_call_id, _tool_call_status(tool_call_id), target)
         data: dict[str, Any] = {
-            "tool_call": str(call.id),
-            "name": call.name,
+            "tool_call": str(tool_call_id),
+            "name": name,
             "duration_ms": duration,
         }
         if error_kind:
             data["error"] = {"kind": error_kind, "message": error_message}
-            batch.add(EventType.TOOL_CALL_FAILED, data, run_id=call.run_id)
+            batch.add(EventType.TOOL_CALL_FAILED, data, run_id=run_id)
         else:
             data["result"] = result
-            batch.add(EventType.TOOL_CALL_SUCCEEDED, data, run_id=call.run_id)
-    call.refresh_from_db()
-    return call
+            batch.add(EventType.TOOL_CALL_SUCCEEDED, data, run_id=run_id)

@@ -6,6 +6,8 @@ loop's records are the same rows, events and checks the API and admin produce.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +40,7 @@ from runs_app.events import publish_delta
 from runs_app.models import Run, Turn
 from sessions_app import services as session_services
 from sessions_app.models import Session
-from sessions_app.selectors import session_get
+from sessions_app.selectors import session_get, session_owner_and_agent
 
 # How many remembered facts a run is shown at its start.
 MEMORY_CONTEXT_LIMIT = 20
@@ -124,7 +126,36 @@ def memory_record(entry: MemoryEntry) -> MemoryRecord:
     )
 
 
+class _Keys:
+    """The ids a run's steps keep referring to (a turn's run and session, a call's
+    run, session, name and start), remembered from the step that created them so
+    that the next steps need not read them back. Bounded; a miss is only a read."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self._items: OrderedDict[tuple[str, UUID], Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def put(self, kind: str, key: UUID, value: Any) -> None:
+        with self._lock:
+            self._items[(kind, key)] = value
+            self._items.move_to_end((kind, key))
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def get(self, kind: str, key: UUID) -> Any:
+        with self._lock:
+            return self._items.get((kind, key))
+
+    def pop(self, kind: str, key: UUID) -> Any:
+        with self._lock:
+            return self._items.pop((kind, key), None)
+
+
 class OrmRunStore:
+    def __init__(self) -> None:
+        self._keys = _Keys()
+
     # Sessions
 
     def create_session(
@@ -217,10 +248,14 @@ class OrmRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        run = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
-        if run is None:
+        claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+        if claim is None:
             return None
-        run = Run.objects.select_related("session").get(pk=run.pk)
+        run, started = claim
+        self._keys.put("run", run.id, run.session_id)
+        owner_and_agent = session_owner_and_agent(run.session_id)
+        if owner_and_agent is None:
+            return None
         history: list[Message] = []
         if run.parent_run_id is None:
             for user_text, answer in selectors.session_history(
@@ -229,28 +264,28 @@ class OrmRunStore:
                 history.append(Message(role="user", content=user_text))
                 history.append(Message(role="assistant", content=answer))
         memory = tuple(
-            (entry.scope, entry.key, entry.value)
-            for entry in memory_selectors.memory_visible_to_session(session_id=run.session_id)[
-                :MEMORY_CONTEXT_LIMIT
-            ]
+            memory_selectors.memory_context(session_id=run.session_id, limit=MEMORY_CONTEXT_LIMIT)
         )
         started = run.started_at or timezone.now()
         elapsed = max(0.0, (timezone.now() - started).total_seconds() - run.paused_seconds)
         return RunContext(
             run_id=run.id,
             session_id=run.session_id,
-            owner_id=run.session.owner_id,
+            owner_id=owner_and_agent[0],
             agent=run.agent,
             input=run.input,
             labels=run.labels,
             history=tuple(history),
             policy=run.policy,
             elapsed_seconds=elapsed,
-            turns=tuple(_turn_state(turn) for turn in selectors.run_turns(run_id=run.id)),
+            # A run that has just started has recorded nothing to replay.
+            turns=()
+            if started
+            else tuple(_turn_state(turn) for turn in selectors.run_turns(run_id=run.id)),
             memory=memory,
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
-            depth=selectors.run_depth(run=run),
+            depth=selectors.run_depth(run=run) if run.parent_run_id else 0,
         )
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
@@ -275,12 +310,21 @@ class OrmRunStore:
     def start_turn(
         self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
     ) -> UUID:
-        return services.turn_start(
-            run_id=run_id, index=index, model=model, request_messages=messages
-        ).id
+        turn = services.turn_start(
+            run_id=run_id,
+            index=index,
+            model=model,
+            request_messages=messages,
+            session_id=self._keys.get("run", run_id),
+        )
+        session_id = self._keys.get("run", run_id)
+        if session_id is not None:
+            self._keys.put("turn", turn.id, services.TurnKeys(run_id, session_id, index, model))
+        return turn.id
 
     def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
         services.turn_complete(
+            keys=self._keys.get("turn", turn_id),
             turn_id=turn_id,
             text=reply.text,
             tool_calls=[call.as_dict() for call in reply.tool_calls],
@@ -296,17 +340,29 @@ class OrmRunStore:
     def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
     ) -> UUID:
-        return services.tool_call_schedule(
+        turn: services.TurnKeys | None = self._keys.get("turn", turn_id)
+        call = services.tool_call_schedule(
             turn_id=turn_id,
             index=index,
             call_id=request.id,
             name=request.name,
             arguments=request.arguments,
             requires_approval=requires_approval,
-        ).id
+            run_id=turn.run_id if turn else None,
+            session_id=turn.session_id if turn else None,
+        )
+        self._keys.put(
+            "call", call.id, services.CallKeys(call.run_id, call.session_id, call.name, None)
+        )
+        return call.id
 
     def begin_tool_call(self, *, tool_call_id: UUID) -> int:
-        return services.tool_call_begin(tool_call_id=tool_call_id).attempt
+        keys: services.CallKeys | None = self._keys.get("call", tool_call_id)
+        now = timezone.now()
+        attempt = services.tool_call_begin(tool_call_id=tool_call_id, keys=keys, now=now)
+        if keys is not None:
+            self._keys.put("call", tool_call_id, keys._replace(started_at=now))
+        return attempt
 
     def await_input(
         self, *, run_id: UUID, kind: str, tool_call_id: UUID, question: str = ""
@@ -318,6 +374,7 @@ class OrmRunStore:
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
         services.tool_call_finish(
+            keys=self._keys.pop("call", tool_call_id),
             tool_call_id=tool_call_id,
             result=outcome.result,
             error_kind=outcome.error_kind,
@@ -328,7 +385,9 @@ class OrmRunStore:
         self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
     ) -> RunInfo:
         if status == RunStatus.COMPLETED:
-            run = services.run_complete(run_id=run_id, output=output)
+            run = services.run_complete(
+                run_id=run_id, output=output, session_id=self._keys.pop("run", run_id)
+            )
         elif status == RunStatus.CANCELED:
             reason = self.cancel_requested(run_id) or ""
             run = services.run_cancel(run_id=run_id, reason=reason)

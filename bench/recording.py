@@ -1,0 +1,262 @@
+"""Recording cost: a run of N turns x M tool calls written through goaai's real
+services (what the turn loop does, step by step) against raw INSERT/UPDATE
+statements writing the same rows, one transaction per step.
+
+    .venv/bin/python bench/recording.py [--db sqlite|postgres|both] [--runs R]
+        [--turns N] [--calls M]
+
+Each step of the loop is a transaction: the run is created and claimed, each turn
+starts and completes, each tool call is scheduled, begins and finishes, the run
+completes; every step writes its rows and its events. The raw baseline executes
+the same statements' worth of rows with the driver and no ORM, no reads and no
+locking. Target: services <= 1.5x raw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+import uuid
+
+from _common import arguments, run_each_database, setup_django
+
+ARGUMENTS = {"expression": "2 * (3 + 4)", "padding": "x" * 900}
+RESULT = {"expression": "2 * (3 + 4)", "value": 14, "padding": "y" * 300}
+
+
+def through_services(session_id: uuid.UUID, turns: int, calls: int) -> None:
+    from goaai.runtime.types import ModelReply, ToolCallRequest, ToolOutcome, Usage
+    from runs_app.store import OrmRunStore
+
+    store = OrmRunStore()
+    run = store.create_run(
+        session_id=session_id, agent="assistant", input="go", labels={}, metadata={}, policy={}
+    )
+    store.claim_run(run.id, owner="bench", lease_seconds=60)
+    messages = [{"role": "user", "content": "go"}]
+    for t in range(turns):
+        turn_id = store.start_turn(run_id=run.id, index=t, model="bench", messages=messages)
+        requests = tuple(
+            ToolCallRequest(id=f"c{t}-{c}", name="calculator", arguments=ARGUMENTS)
+            for c in range(calls)
+        )
+        store.complete_turn(
+            turn_id=turn_id,
+            reply=ModelReply(text="", tool_calls=requests, usage=Usage(100, 20), model="bench"),
+            latency_ms=5,
+        )
+        for position, request in enumerate(requests):
+            call_id = store.schedule_tool_call(
+                turn_id=turn_id, index=position, request=request, requires_approval=False
+            )
+            store.begin_tool_call(tool_call_id=call_id)
+            store.finish_tool_call(tool_call_id=call_id, outcome=ToolOutcome(result=RESULT))
+    store.finish_run(run_id=run.id, status="completed", output="done")
+
+
+class Raw:
+    """The same rows through the driver: INSERTs and UPDATEs, one transaction a step."""
+
+    def __init__(self, vendor: str, raw_connection: object) -> None:
+        self.vendor = vendor
+        self.conn = raw_connection
+        self.mark = "?" if vendor == "sqlite" else "%s"
+        self.seq = 0
+
+    def _id(self, value: uuid.UUID) -> object:
+        return value.hex if self.vendor == "sqlite" else value
+
+    def _now(self) -> object:
+        now = dt.datetime.now(tz=dt.UTC)
+        return now.replace(tzinfo=None).isoformat(sep=" ") if self.vendor == "sqlite" else now
+
+    def _sql(self, text: str) -> str:
+        return text.replace("%s", self.mark)
+
+    def step(self, statements: list[tuple[str, tuple[object, ...]]]) -> None:
+        cursor = self.conn.cursor()
+        if self.vendor == "sqlite":
+            cursor.execute("BEGIN IMMEDIATE")
+        for sql, params in statements:
+            cursor.execute(self._sql(sql), params)
+        self.conn.commit()
+
+    def events(self, session_id: uuid.UUID, run_id: uuid.UUID, types: list[str], data: dict) -> list:
+        rows = []
+        for event_type in types:
+            self.seq += 1
+            rows.append(
+                (
+                    "INSERT INTO runs_app_runevent (session_id, run_id, seq, type, data, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)",
+                    (self._id(session_id), self._id(run_id), self.seq, event_type, json.dumps(data), self._now()),
+                )
+            )
+        rows.append(
+            (
+                "UPDATE sessions_app_session SET last_event_seq = %s WHERE id = %s",
+                (self.seq, self._id(session_id)),
+            )
+        )
+        return rows
+
+    def run(self, session_id: uuid.UUID, turns: int, calls: int) -> None:
+        run_id = uuid.uuid4()
+        now = self._now
+        self.step(
+            [
+                (
+                    "INSERT INTO runs_app_run (id, session_id, agent, input, output, status, labels, "
+                    "metadata, policy, input_tokens, output_tokens, total_tokens, error_kind, "
+                    "error_message, error_retryable, cancel_reason, request_fingerprint, "
+                    "paused_seconds, lease_owner, created_at, updated_at) VALUES (%s, %s, 'assistant', "
+                    "'go', '', 'pending', '{}', '{}', '{}', 0, 0, 0, '', '', %s, '', '', 0, '', %s, %s)",
+                    (self._id(run_id), self._id(session_id), False, now(), now()),
+                ),
+                *self.events(session_id, run_id, ["run.created"], {"input": "go"}),
+            ]
+        )
+        self.step(
+            [
+                (
+                    "UPDATE runs_app_run SET status = 'running', started_at = %s, lease_owner = 'bench', "
+                    "lease_expires_at = %s WHERE id = %s",
+                    (now(), now(), self._id(run_id)),
+                ),
+                *self.events(session_id, run_id, ["run.started"], {}),
+            ]
+        )
+        messages = json.dumps([{"role": "user", "content": "go"}])
+        for t in range(turns):
+            turn_id = uuid.uuid4()
+            self.step(
+                [
+                    (
+                        "INSERT INTO runs_app_turn (id, run_id, \"index\", model, request_messages, "
+                        "response_text, response_tool_calls, input_tokens, output_tokens, started_at) "
+                        "VALUES (%s, %s, %s, 'bench', %s, '', '[]', 0, 0, %s)",
+                        (self._id(turn_id), self._id(run_id), t, messages, now()),
+                    ),
+                    *self.events(session_id, run_id, ["turn.started"], {"index": t}),
+                ]
+            )
+            requested = json.dumps([{"id": f"c{t}-{c}", "name": "calculator", "arguments": ARGUMENTS} for c in range(calls)])
+            self.step(
+                [
+                    (
+                        "UPDATE runs_app_turn SET response_tool_calls = %s, input_tokens = 100, "
+                        "output_tokens = 20, latency_ms = 5, ended_at = %s WHERE id = %s",
+                        (requested, now(), self._id(turn_id)),
+                    ),
+                    (
+                        "UPDATE runs_app_run SET input_tokens = input_tokens + 100, output_tokens = "
+                        "output_tokens + 20, total_tokens = total_tokens + 120 WHERE id = %s",
+                        (self._id(run_id),),
+                    ),
+                    *self.events(session_id, run_id, ["turn.completed", "usage"], {"index": t}),
+                ]
+            )
+            for c in range(calls):
+                call_id = uuid.uuid4()
+                self.step(
+                    [
+                        (
+                            "INSERT INTO runs_app_toolcall (id, run_id, turn_id, session_id, call_id, "
+                            "\"index\", name, arguments, status, error_kind, error_message, "
+                            "requires_approval, decision, decision_reason, attempt, created_at) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, 'calculator', %s, 'scheduled', '', '', %s, '', '', 0, %s)",
+                            (self._id(call_id), self._id(run_id), self._id(turn_id), self._id(session_id),
+                             f"c{t}-{c}", c, json.dumps(ARGUMENTS), False, now()),
+                        ),
+                        *self.events(session_id, run_id, ["tool_call.scheduled"], {"arguments": ARGUMENTS}),
+                    ]
+                )
+                self.step(
+                    [
+                        (
+                            "UPDATE runs_app_toolcall SET status = 'running', attempt = attempt + 1, "
+                            "started_at = %s WHERE id = %s",
+                            (now(), self._id(call_id)),
+                        ),
+                        *self.events(session_id, run_id, ["tool_call.started"], {}),
+                    ]
+                )
+                self.step(
+                    [
+                        (
+                            "UPDATE runs_app_toolcall SET status = 'succeeded', result = %s, ended_at = %s, "
+                            "duration_ms = 1 WHERE id = %s",
+                            (json.dumps(RESULT), now(), self._id(call_id)),
+                        ),
+                        *self.events(session_id, run_id, ["tool_call.succeeded"], {"result": RESULT}),
+                    ]
+                )
+        self.step(
+            [
+                (
+                    "UPDATE runs_app_run SET status = 'completed', output = 'done', ended_at = %s "
+                    "WHERE id = %s",
+                    (now(), self._id(run_id)),
+                ),
+                *self.events(session_id, run_id, ["run.completed"], {"output": "done"}),
+            ]
+        )
+
+
+def main() -> None:
+    parser = arguments(__doc__ or "")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args()
+    extra = ["--runs", str(args.runs), "--turns", str(args.turns), "--calls", str(args.calls)]
+    if run_each_database(__file__, args, extra):
+        return
+    setup_django(args.db, args.postgres)
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from sessions_app.models import Session
+
+    owner = get_user_model().objects.create(username="bench")
+    ours = Session.objects.create(owner=owner, agent="assistant")
+    theirs = Session.objects.create(owner=owner, agent="assistant")
+    connection.ensure_connection()
+    raw_conn = connection.connection
+    if args.db == "postgres":
+        import psycopg
+
+        raw_conn = psycopg.connect(connection.settings_dict["NAME"] and _pg_url(connection))
+    raw = Raw(args.db, raw_conn)
+    rows = args.runs * (2 + args.turns * (2 + 3 * args.calls) + 1)
+
+    # Warm up both paths, then alternate them so that drift hits both alike.
+    through_services(ours.id, 1, 1)
+    raw.run(theirs.id, 1, 1)
+    service_time = raw_time = 0.0
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        through_services(ours.id, args.turns, args.calls)
+        service_time += time.perf_counter() - start
+        start = time.perf_counter()
+        raw.run(theirs.id, args.turns, args.calls)
+        raw_time += time.perf_counter() - start
+
+    print(
+        f"\n== recording, {args.db}: {args.runs} runs x {args.turns} turns x {args.calls} tool calls "
+        f"({rows} transactions per path) =="
+    )
+    print(f"services  {service_time:7.3f} s  {service_time / rows * 1e6:8.1f} us per step")
+    print(f"raw       {raw_time:7.3f} s  {raw_time / rows * 1e6:8.1f} us per step")
+    print(f"services / raw  {service_time / raw_time:5.2f}x  (target <= 1.5)")
+
+
+def _pg_url(connection) -> str:
+    s = connection.settings_dict
+    return f"postgresql://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Hand-written SQL for the statements the turn loop runs at every step.
+
+The ORM costs several hundred microseconds per statement on small machines,
+mostly building SQL; a run of a few turns makes dozens of writes, each in its own
+transaction. The services therefore run these few statements as plain SQL on the
+driver's own cursor, inside Django's transactions (``atomic``, ``on_commit`` work
+as usual). Such statements do not appear in Django's query log, so query-count
+tests count them through :data:`statements`. Everything else uses the ORM.
+
+Templates use ``%s`` for a value and ``%j`` for a JSON value; :func:`execute`
+adapts values the way Django stores them (SQLite: UUIDs as hex, datetimes as naive
+UTC text; PostgreSQL: native types, JSON cast to jsonb).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from uuid import UUID
+
+from django.db import connection
+from django.db.models import Model
+
+M = TypeVar("M", bound=Model)
+
+
+@functools.cache
+def _sql(vendor: str, template: str) -> str:
+    if vendor == "sqlite":
+        return template.replace("%j", "?").replace("%s", "?")
+    return template.replace("%j", "%s::jsonb")
+
+
+class _Counter:
+    """How many lean statements this process has run (for query-count tests)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+statements = _Counter()
+
+
+@contextmanager
+def cursor() -> Iterator[Any]:
+    """The driver's cursor on Django's current connection (opened if needed)."""
+    connection.ensure_connection()
+    raw = connection.connection.cursor()  # type: ignore[union-attr]
+    try:
+        yield raw
+    finally:
+        raw.close()
+
+
+def adapt(value: Any, *, sqlite: bool) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    if not sqlite:
+        return value
+    if isinstance(value, UUID):
+        return value.hex
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+    return value
+
+
+def execute(cursor: Any, template: str, values: Sequence[Any]) -> Any:
+    vendor = connection.vendor
+    sqlite = vendor == "sqlite"
+    statements.count += 1
+    cursor.execute(_sql(vendor, template), [adapt(v, sqlite=sqlite) for v in values])
+    return cursor
+
+
+def executemany(cursor: Any, template: str, rows: Sequence[Sequence[Any]]) -> None:
+    vendor = connection.vendor
+    sqlite = vendor == "sqlite"
+    statements.count += 1
+    cursor.executemany(
+        _sql(vendor, template), [[adapt(v, sqlite=sqlite) for v in row] for row in rows]
+    )
+
+
+def uuid_of(value: Any) -> UUID:
+    """A UUID column as read back (SQLite gives hex text)."""
+    return value if isinstance(value, UUID) else UUID(hex=value)
+
+
+def json_of(value: Any) -> Any:
+    """A JSON column as read back (text on both vendors under Django)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def datetime_of(value: Any) -> dt.datetime | None:
+    """A datetime column as read back, aware."""
+    if value is None:
+        return None
+    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+
+
+def _converter(field: Any) -> Any:
+    from django.db import models
+
+    target = field.target_field if field.is_relation else field
+    if isinstance(target, models.UUIDField):
+        return lambda v: None if v is None else uuid_of(v)
+    if isinstance(field, models.JSONField):
+        return lambda v: None if v is None else json_of(v)
+    if isinstance(field, models.DateTimeField):
+        return datetime_of
+    if isinstance(field, models.BooleanField):
+        return lambda v: None if v is None else bool(v)
+    return None
+
+
+@functools.cache
+def _layout(model: type[Model]) -> tuple[str, list[str], list[Any]]:
+    fields = model._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    return columns, [f.attname for f in fields], [_converter(f) for f in fields]
+
+
+def columns(model: type[Model]) -> str:
+    """Every column of ``model``, for a SELECT or RETURNING list that :func:`load` reads."""
+    return _layout(model)[0]
+
+
+def load(model: type[M], row: Sequence[Any]) -> M:
+    """A model instance from a row of :func:`columns`, converted as the ORM would."""
+    _, names, converters = _layout(model)
+    values = [convert(v) if convert else v for convert, v in zip(converters, row, strict=True)]
+    return model.from_db(connection.alias, names, values)
