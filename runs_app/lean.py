@@ -49,7 +49,7 @@ statements = _Counter()
 def cursor() -> Iterator[Any]:
     """The driver's cursor on Django's current connection (opened if needed)."""
     connection.ensure_connection()
-    raw = connection.connection.cursor()  # type: ignore[union-attr]
+    raw = connection.connection.cursor()
     try:
         yield raw
     finally:

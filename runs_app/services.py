@@ -574,7 +574,7 @@ class TurnKeys(NamedTuple):
 
     run_id: UUID
     session_id: UUID
-    index: int
+    turn_index: int
     model: str
 
 

@@ -251,7 +251,7 @@ class OrmRunStore:
         claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
         if claim is None:
             return None
-        run, started = claim
+        run, fresh = claim
         self._keys.put("run", run.id, run.session_id)
         owner_and_agent = session_owner_and_agent(run.session_id)
         if owner_and_agent is None:
@@ -280,7 +280,7 @@ class OrmRunStore:
             elapsed_seconds=elapsed,
             # A run that has just started has recorded nothing to replay.
             turns=()
-            if started
+            if fresh
             else tuple(_turn_state(turn) for turn in selectors.run_turns(run_id=run.id)),
             memory=memory,
             lease_owner=owner,
