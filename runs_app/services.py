@@ -151,13 +151,21 @@ def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _transition(batch: EventBatch, run_id: UUID, target: RunStatus, **changes: Any) -> Run:
+def _transition(
+    batch: EventBatch,
+    run_id: UUID,
+    target: RunStatus,
+    *,
+    only_from: RunStatus | None = None,
+    **changes: Any,
+) -> Run:
     """Move a run to ``target`` if its current status allows it, in ``batch``'s
     transaction, and return it as it is then; :class:`IllegalTransition` otherwise.
 
     One compare-and-set statement that returns the updated row: whichever of two
     racing writers comes second finds the status changed and fails cleanly."""
-    allowed = sorted(sources_of(target))
+    # Starting and resuming both lead to running, each from one status only.
+    allowed = [only_from] if only_from else sorted(sources_of(target))
     assignments = ["status = %s", "updated_at = %s"]
     values: list[Any] = [target, timezone.now()]
     for name, value in changes.items():
@@ -195,7 +203,13 @@ class Increment:
 def run_start(*, run_id: UUID) -> Run:
     """``pending`` → ``running``."""
     with recording(_session_of_run(run_id)) as batch:
-        run = _transition(batch, run_id, RunStatus.RUNNING, started_at=timezone.now())
+        run = _transition(
+            batch,
+            run_id,
+            RunStatus.RUNNING,
+            only_from=RunStatus.PENDING,
+            started_at=timezone.now(),
+        )
         batch.add(EventType.RUN_STARTED, {"agent": run.agent}, run_id=run_id)
     return run
 
@@ -345,6 +359,7 @@ def _resume(batch: EventBatch, run_id: UUID, **data: Any) -> Run:
         batch,
         run_id,
         RunStatus.RUNNING,
+        only_from=RunStatus.AWAITING_INPUT,
         awaiting=None,
         awaiting_since=None,
         paused_seconds=Increment(paused),
@@ -469,6 +484,7 @@ def run_claim(
                 batch,
                 run_id,
                 RunStatus.RUNNING,
+                only_from=RunStatus.PENDING,
                 started_at=now,
                 lease_owner=owner,
                 lease_expires_at=expires,
@@ -776,7 +792,7 @@ def tool_call_begin(
         ).fetchone()
         if row is None:
             current = _tool_call_status(tool_call_id)
-            raise IllegalTransition(tool_call_id, current, ToolCallStatus.RUNNING)
+            raise IllegalTransition(tool_call_id, current, ToolCallStatus.RUNNING, what="Tool call")
         batch.add(
             EventType.TOOL_CALL_STARTED,
             {"tool_call": str(tool_call_id), "name": name, "attempt": row[0]},
@@ -837,7 +853,9 @@ def tool_call_finish(
             ],
         ).rowcount
         if not updated:
-            raise IllegalTransition(tool_call_id, _tool_call_status(tool_call_id), target)
+            raise IllegalTransition(
+                tool_call_id, _tool_call_status(tool_call_id), target, what="Tool call"
+            )
         data: dict[str, Any] = {
             "tool_call": str(tool_call_id),
             "name": name,

@@ -21,8 +21,8 @@ class IllegalTransition(GoaaiError):
 
     code = "illegal_transition"
 
-    def __init__(self, run_id: object, current: str, target: str) -> None:
-        super().__init__(f"Run {run_id} is {current}; it cannot become {target}.")
+    def __init__(self, run_id: object, current: str, target: str, *, what: str = "Run") -> None:
+        super().__init__(f"{what} {run_id} is {current}; it cannot become {target}.")
         self.run_id = run_id
         self.current = current
         self.target = target
