@@ -53,12 +53,6 @@ def redis_url() -> str:
     return REDIS_TEST_URL
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    """Hash the personas' passwords with MD5: PBKDF2 costs ~0.3 s per user created."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def owner(db):
     """Alice: owns the sessions under test."""

@@ -1,4 +1,5 @@
-"""The admin: every page renders for staff, nothing for anyone else, audit records stay read-only."""
+"""The admin: every page renders for staff, nothing for anyone else, and audit records
+stay read-only."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def test_deleting_a_session_removes_everything_recorded_in_it(owner):
 
 
 def test_the_owners_user_memory_survives_deleting_the_session_that_wrote_it(owner):
-    session, run, _call = _conversation(owner)
+    session, _run, _call = _conversation(owner)
 
     session_services.session_delete(session_id=session.id)
 
@@ -123,7 +123,7 @@ def test_deleting_a_user_removes_their_sessions_and_their_memory(owner, other_us
 
 
 def test_memory_delete_keeps_the_history_and_records_the_deletion(owner):
-    session, run, call = _conversation(owner)
+    session, run, _call = _conversation(owner)
     entry = MemoryEntry.objects.get(scope=MemoryScope.SESSION, session=session)
 
     deleted = memory_services.memory_delete(

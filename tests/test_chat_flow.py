@@ -44,7 +44,9 @@ def _with_memory_stored(events: list[EventType]) -> list[EventType]:
     return [*events[:at], E.MEMORY_STORED, *events[at:]]
 
 
-def _check_run_with_one_tool_call(run: Run, *, tool: str, arguments: dict, result: dict, answer: str):
+def _check_run_with_one_tool_call(
+    run: Run, *, tool: str, arguments: dict, result: dict, answer: str
+):
     """The rows one remember/recall run leaves: two turns, one succeeded tool call."""
     assert run.status == RunStatus.COMPLETED
     assert run.output == answer
@@ -169,7 +171,8 @@ def test_remember_then_recall_then_end_the_session(inline_runtime, owner):
     assert [e.seq for e in events] == list(range(1, len(expected) + 1))
     assert Session.objects.get(pk=session.id).last_event_seq == len(expected)
     run_of_event = [e.run_id for e in events]
-    assert run_of_event[0] is None and run_of_event[-1] is None
+    assert run_of_event[0] is None
+    assert run_of_event[-1] is None
     assert set(run_of_event[1:15]) == {run1.id}
     assert set(run_of_event[15:-1]) == {run2.id}
     by_type = {(e.run_id, e.type): e.data for e in events}
@@ -216,8 +219,89 @@ def test_a_run_canceled_before_it_began_never_executes(inline_runtime, owner):
     assert run.started_at is None
     assert not run.turns.exists()
     assert list(
-        RunEvent.objects.filter(session_id=session.id).order_by("seq").values_list("type", flat=True)
+        RunEvent.objects.filter(session_id=session.id)
+        .order_by("seq")
+        .values_list("type", flat=True)
     ) == [E.SESSION_CREATED, E.RUN_CREATED, E.RUN_CANCELED]
+
+
+# Waiting for a person
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_everything_waits_for_approval_then_forgets(inline_runtime, owner):
+    session = rt.create_session(owner=owner)
+    rt.run("assistant", "remember my favourite colour is green", session=session.id)
+
+    waiting = rt.run("assistant", "forget everything", session=session.id)
+
+    assert waiting.status == RunStatus.AWAITING_INPUT
+    call = ToolCall.objects.get(run_id=waiting.id)
+    assert (call.name, call.status, call.requires_approval) == (
+        "memory_forget_all",
+        ToolCallStatus.SCHEDULED,
+        True,
+    )
+    assert MemoryEntry.objects.filter(session_id=session.id).exists()
+
+    rt.respond(waiting.id, tool_call=call.id, decision="approve", user=owner)
+    done = rt.wait(waiting.id, timeout=30)
+
+    assert (done.status, done.output) == (
+        RunStatus.COMPLETED,
+        "Done. I've forgotten everything in this conversation: favourite colour.",
+    )
+    call.refresh_from_db()
+    assert (call.status, call.decision, call.decided_by_id) == (
+        ToolCallStatus.SUCCEEDED,
+        "approved",
+        owner.pk,
+    )
+    assert not MemoryEntry.objects.filter(session_id=session.id).exists()
+    types = list(
+        RunEvent.objects.filter(run_id=waiting.id).order_by("seq").values_list("type", flat=True)
+    )
+    assert E.TOOL_CALL_APPROVAL_REQUESTED in types
+    assert types.index(E.RUN_AWAITING_INPUT) < types.index(E.TOOL_CALL_DECIDED)
+    assert types.index(E.TOOL_CALL_DECIDED) < types.index(E.RUN_RESUMED)
+    assert types[-1] == E.RUN_COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_denied_call_is_never_executed_and_the_user_is_told(inline_runtime, owner):
+    session = rt.create_session(owner=owner)
+    rt.run("assistant", "remember my favourite colour is green", session=session.id)
+    waiting = rt.run("assistant", "forget everything", session=session.id)
+
+    rt.respond(waiting.id, decision="deny", reason="not today", user=owner)
+    done = rt.wait(waiting.id, timeout=30)
+
+    assert done.status == RunStatus.COMPLETED
+    assert done.output == "I couldn't do that: A person denied this call: not today"
+    call = ToolCall.objects.get(run_id=waiting.id)
+    assert (call.status, call.attempt, call.decision) == (ToolCallStatus.DENIED, 0, "denied")
+    assert MemoryEntry.objects.filter(session_id=session.id).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_question_to_the_user_waits_for_the_answer(inline_runtime, owner):
+    session = rt.create_session(owner=owner)
+
+    waiting = rt.run("assistant", "ask me for my name", session=session.id)
+
+    assert waiting.status == RunStatus.AWAITING_INPUT
+    assert Run.objects.get(pk=waiting.id).awaiting["question"] == "What is your name?"
+
+    rt.respond(waiting.id, answer="Ada", user=owner)
+    done = rt.wait(waiting.id, timeout=30)
+
+    assert (done.status, done.output) == (RunStatus.COMPLETED, "Thanks! Your name is Ada.")
+    call = ToolCall.objects.get(run_id=waiting.id)
+    assert (call.status, call.result, call.decided_by_id) == (
+        ToolCallStatus.SUCCEEDED,
+        {"answer": "Ada"},
+        owner.pk,
+    )
 
 
 # With real worker threads
@@ -251,9 +335,7 @@ def test_a_run_started_on_a_worker_thread_completes(thread_runtime, owner):
 def test_several_runs_on_worker_threads_keep_one_contiguous_log(thread_runtime, owner):
     session = rt.create_session(owner=owner)
 
-    handles = [
-        rt.start("assistant", f"calculate {n} * 2", session=session.id) for n in range(1, 4)
-    ]
+    handles = [rt.start("assistant", f"calculate {n} * 2", session=session.id) for n in range(1, 4)]
     results = [handle.wait(timeout=30) for handle in handles]
 
     assert [r.output for r in results] == ["1 * 2 = 2", "2 * 2 = 4", "3 * 2 = 6"]

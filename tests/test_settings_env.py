@@ -148,7 +148,7 @@ def test_production_refuses_debug():
 
 
 def test_production_refuses_to_start_without_a_secret_key():
-    started = _start_django(GOAAI_PRODUCTION="1", DEBUG="0")
+    started = _start_django(GOAAI_PRODUCTION="1")
 
     assert started.returncode != 0
     assert "ImproperlyConfigured" in started.stderr

@@ -33,7 +33,8 @@ def _database_url() -> str:
     s = connection.settings_dict
     user = s.get("USER") or "postgres"
     password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    return f"postgres://{user}{password}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+    host = f"{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}"
+    return f"postgres://{user}{password}@{host}/{s['NAME']}"
 
 
 def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

@@ -173,3 +173,26 @@ def test_visible_memory_lists_every_readable_entry_most_specific_first(session, 
         (KEY, "global", "global"),
         ("motto", "agent", "brief"),
     ]
+
+
+def test_resolving_for_a_deleted_session_is_not_found(session, owner):
+    _store(MemoryScope.USER, "user", user_id=owner.pk)
+    assert _resolved(session) == "user"
+
+    session_id = session.id
+    session.delete()
+
+    with pytest.raises(NotFound):
+        memory_resolve(key=KEY, session_id=session_id)
+
+
+def test_a_session_created_after_its_id_was_looked_up_is_found(owner):
+    """A lookup that found nothing must not be remembered as "no such session"."""
+    session_id = uuid.uuid4()
+    with pytest.raises(NotFound):
+        memory_resolve(key=KEY, session_id=session_id)
+
+    session = SessionFactory(id=session_id, owner=owner)
+    _store(MemoryScope.SESSION, "green", session_id=session.id)
+
+    assert _resolved(session) == "green"

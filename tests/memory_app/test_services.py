@@ -116,7 +116,7 @@ def test_store_strips_the_key(session):
 
 
 def test_entries_of_different_scopes_and_owners_are_separate(session, owner, other_user):
-    keys = dict(key="colour", value="x")
+    keys = {"key": "colour", "value": "x"}
     a = services.memory_store(scope=MemoryScope.SESSION, session_id=session.id, **keys)
     b = services.memory_store(scope=MemoryScope.USER, user_id=owner.pk, **keys)
     c = services.memory_store(scope=MemoryScope.USER, user_id=other_user.pk, **keys)
@@ -236,17 +236,17 @@ def test_deleting_a_missing_entry_says_so_and_records_nothing(session):
 
 
 INVALID = {
-    "session scope without a session": dict(scope="session"),
-    "session scope naming a user": dict(scope="session", session=True, user=True),
-    "user scope without a user": dict(scope="user"),
-    "user scope naming a session": dict(scope="user", user=True, session=True),
-    "agent scope without an agent": dict(scope="agent"),
-    "agent scope naming a user": dict(scope="agent", agent="assistant", user=True),
-    "global scope naming an agent": dict(scope="global", agent="assistant"),
-    "global scope naming a session": dict(scope="global", session=True),
-    "unknown scope": dict(scope="team"),
-    "empty key": dict(scope="global", key="   "),
-    "overlong key": dict(scope="global", key="k" * 201),
+    "session scope without a session": {"scope": "session"},
+    "session scope naming a user": {"scope": "session", "session": True, "user": True},
+    "user scope without a user": {"scope": "user"},
+    "user scope naming a session": {"scope": "user", "user": True, "session": True},
+    "agent scope without an agent": {"scope": "agent"},
+    "agent scope naming a user": {"scope": "agent", "agent": "assistant", "user": True},
+    "global scope naming an agent": {"scope": "global", "agent": "assistant"},
+    "global scope naming a session": {"scope": "global", "session": True},
+    "unknown scope": {"scope": "team"},
+    "empty key": {"scope": "global", "key": "   "},
+    "overlong key": {"scope": "global", "key": "k" * 201},
 }
 
 
@@ -283,7 +283,9 @@ def test_invalid_scope_messages_say_what_is_wrong(session):
 
 def _log(session) -> list[tuple]:
     return list(
-        RunEvent.objects.filter(session=session).order_by("seq").values_list("type", "run_id", "data")
+        RunEvent.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("type", "run_id", "data")
     )
 
 
@@ -354,7 +356,11 @@ def test_a_change_made_by_a_run_goes_to_the_runs_session_log(session, owner, too
 
 def test_changes_made_outside_any_session_record_no_event(session, owner):
     services.memory_store(
-        key="name", value="Ada", scope=MemoryScope.USER, user_id=owner.pk, written_by_user_id=owner.pk
+        key="name",
+        value="Ada",
+        scope=MemoryScope.USER,
+        user_id=owner.pk,
+        written_by_user_id=owner.pk,
     )
     services.memory_store(key="motto", value="hi", scope=MemoryScope.GLOBAL)
     services.memory_store(key="tone", value="brief", scope=MemoryScope.AGENT, agent="assistant")
@@ -370,8 +376,12 @@ def test_changes_made_outside_any_session_record_no_event(session, owner):
 def test_purging_expired_entries_removes_only_those(session):
     past = timezone.now() - dt.timedelta(minutes=1)
     future = timezone.now() + dt.timedelta(days=1)
-    services.memory_store(key="old", value=1, scope="session", session_id=session.id, expires_at=past)
-    services.memory_store(key="new", value=2, scope="session", session_id=session.id, expires_at=future)
+    services.memory_store(
+        key="old", value=1, scope="session", session_id=session.id, expires_at=past
+    )
+    services.memory_store(
+        key="new", value=2, scope="session", session_id=session.id, expires_at=future
+    )
     services.memory_store(key="forever", value=3, scope="session", session_id=session.id)
 
     assert services.memory_purge_expired() == 1

@@ -98,9 +98,13 @@ def test_a_rolled_back_append_leaves_no_gap():
     session = SessionFactory()
     _append(session, 1)
 
-    with pytest.raises(Boom), transaction.atomic():
-        _append(session, 2)
-        raise Boom
+    def append_then_fail() -> None:
+        with transaction.atomic():
+            _append(session, 2)
+            raise Boom
+
+    with pytest.raises(Boom):
+        append_then_fail()
 
     assert _seqs(session) == [1]
     session.refresh_from_db()

@@ -7,12 +7,14 @@ and the session's event log exactly as they were.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition, NotFound
 from goaai.runtime.vocabulary import (
@@ -169,10 +171,16 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
         assert data == {"agent": "assistant"}
     elif move.name == "run_resume":
         assert run.started_at == before["started_at"]
-        assert data == {}
+        assert set(data) == {"waited_seconds"}
+        assert data["waited_seconds"] >= 0
+        assert (run.awaiting, run.awaiting_since) == (None, None)
     elif move.name == "run_await_input":
         assert run.ended_at is None
         assert data == {"kind": "approval", "tool_call": "call-7"}
+        assert run.awaiting == {"kind": "approval", "tool_call": "call-7"}
+        assert run.awaiting_since is not None
+        # Nobody executes a waiting run: the worker's lease is given up.
+        assert (run.lease_owner, run.lease_expires_at) == ("", None)
     else:
         # Every ending sets ended_at.
         assert before["ended_at"] is None
@@ -189,7 +197,9 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
             "Slow down.",
             True,
         )
-        assert data == {"error": {"kind": "rate_limited", "message": "Slow down.", "retryable": True}}
+        assert data == {
+            "error": {"kind": "rate_limited", "message": "Slow down.", "retryable": True}
+        }
     elif move.name == "run_time_out":
         assert (run.error_kind, run.error_message) == ("timeout", "Out of time.")
         assert data == {"error": {"kind": "timeout", "message": "Out of time.", "retryable": False}}
@@ -254,8 +264,12 @@ def test_request_cancel_cancels_a_run_that_no_loop_is_stepping_through_at_once(s
     ]
 
 
+def _held_by_a_live_worker() -> dict[str, Any]:
+    return {"lease_owner": "worker-1", "lease_expires_at": timezone.now() + dt.timedelta(minutes=1)}
+
+
 def test_request_cancel_of_a_running_run_only_flags_it_for_its_loop():
-    run = _run_in(RunStatus.RUNNING)
+    run = _run_in(RunStatus.RUNNING, **_held_by_a_live_worker())
 
     returned = services.run_request_cancel(run_id=run.id, reason="user_requested")
 
@@ -267,8 +281,26 @@ def test_request_cancel_of_a_running_run_only_flags_it_for_its_loop():
     assert not RunEvent.objects.filter(type=EventType.RUN_CANCELED).exists()
 
 
+@pytest.mark.parametrize(
+    "lease",
+    [
+        pytest.param({}, id="never held"),
+        pytest.param(
+            {"lease_owner": "dead-worker", "lease_expires_at": timezone.now()}, id="lease expired"
+        ),
+    ],
+)
+def test_request_cancel_of_a_running_run_that_no_worker_holds_cancels_it_at_once(lease):
+    run = _run_in(RunStatus.RUNNING, **lease)
+
+    returned = services.run_request_cancel(run_id=run.id, reason="user_requested")
+
+    assert returned.status == RunStatus.CANCELED
+    assert [e.type for e in _events(run)] == [EventType.RUN_CANCELED]
+
+
 def test_asking_a_running_run_to_stop_twice_keeps_the_first_request():
-    run = _run_in(RunStatus.RUNNING)
+    run = _run_in(RunStatus.RUNNING, **_held_by_a_live_worker())
     services.run_request_cancel(run_id=run.id, reason="first")
     first = _row(run)
 
@@ -297,6 +329,95 @@ def test_request_cancel_of_a_finished_run_changes_nothing(source):
 def test_request_cancel_of_an_unknown_run_is_not_found():
     with pytest.raises(NotFound):
         services.run_request_cancel(run_id=uuid.uuid4(), reason="")
+
+
+def test_resuming_counts_the_time_spent_waiting_as_paused():
+    since = timezone.now() - dt.timedelta(seconds=30)
+    run = _run_in(
+        RunStatus.AWAITING_INPUT,
+        awaiting={"kind": "question", "tool_call": "x"},
+        awaiting_since=since,
+        paused_seconds=5,
+    )
+
+    services.run_resume(run_id=run.id)
+
+    run.refresh_from_db()
+    assert 35 <= run.paused_seconds < 35 + 60
+    assert _events(run)[0].data["waited_seconds"] >= 30
+
+
+# Claiming a run for execution
+
+
+def test_claiming_a_pending_run_starts_it_under_the_workers_lease():
+    run = _run_in(RunStatus.PENDING)
+
+    claimed = services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
+
+    assert claimed is not None
+    assert claimed[0].pk == run.pk
+    assert claimed[1] is True  # it has just started
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert run.started_at is not None
+    assert run.lease_owner == "worker-1"
+    assert run.lease_expires_at > timezone.now()
+    assert [(e.type, e.data) for e in _events(run)] == [
+        (EventType.RUN_STARTED, {"agent": "assistant", "worker": "worker-1"})
+    ]
+
+
+def test_a_run_held_by_a_live_worker_cannot_be_claimed():
+    run = _run_in(RunStatus.RUNNING, **_held_by_a_live_worker())
+    before = _row(run)
+
+    assert services.run_claim(run_id=run.id, owner="worker-2", lease_seconds=60) is None
+    assert _row(run) == before
+    assert not RunEvent.objects.exists()
+
+
+def test_a_run_whose_worker_died_is_taken_over_and_says_so():
+    run = _run_in(
+        RunStatus.RUNNING,
+        lease_owner="dead-worker",
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1),
+    )
+    before = _row(run)
+
+    claimed = services.run_claim(run_id=run.id, owner="worker-2", lease_seconds=60)
+
+    assert claimed is not None
+    assert claimed[1] is False  # taken over, not started again
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner) == (RunStatus.RUNNING, "worker-2")
+    assert run.started_at == before["started_at"]
+    assert run.lease_expires_at > timezone.now()
+    assert [(e.type, e.data) for e in _events(run)] == [
+        (
+            EventType.RUN_RESUMED,
+            {"reason": "worker_lost", "previous_worker": "dead-worker", "worker": "worker-2"},
+        )
+    ]
+
+
+@pytest.mark.parametrize("status", [RunStatus.AWAITING_INPUT, *sorted(TERMINAL_RUN_STATUSES)])
+def test_a_waiting_or_finished_run_cannot_be_claimed(status):
+    run = _run_in(status)
+    before = _row(run)
+
+    assert services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60) is None
+    assert _row(run) == before
+    assert not RunEvent.objects.exists()
+
+
+def test_only_the_lease_holder_renews_its_lease():
+    run = _run_in(RunStatus.RUNNING, **_held_by_a_live_worker())
+
+    assert services.run_renew_lease(run_id=run.id, owner="worker-1", lease_seconds=600)
+    assert not services.run_renew_lease(run_id=run.id, owner="worker-2", lease_seconds=600)
+    run.refresh_from_db()
+    assert run.lease_expires_at > timezone.now() + dt.timedelta(seconds=500)
 
 
 # Open tool calls end with their run

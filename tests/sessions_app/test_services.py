@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from goaai.runtime.errors import NotFound, SessionEnded
 from goaai.runtime.vocabulary import EventType, RunStatus
@@ -89,11 +91,12 @@ def test_session_update_replaces_the_metadata(owner):
 
 def test_session_update_moves_updated_at(owner):
     session = SessionFactory(owner=owner)
-    before = Session.objects.get(pk=session.pk).updated_at
+    an_hour_ago = timezone.now() - dt.timedelta(hours=1)
+    Session.objects.filter(pk=session.pk).update(updated_at=an_hour_ago)
 
     updated = services.session_update(session_id=session.id, title="Later")
 
-    assert updated.updated_at > before
+    assert updated.updated_at > an_hour_ago + dt.timedelta(minutes=59)
 
 
 def test_session_update_with_nothing_to_change_records_nothing(owner):
@@ -117,7 +120,12 @@ def test_session_end_ends_the_session_and_stops_its_runs(owner):
     session = SessionFactory(owner=owner)
     pending = RunFactory(session=session, status=RunStatus.PENDING)
     waiting = RunFactory(session=session, status=RunStatus.AWAITING_INPUT)
-    running = RunFactory(session=session, status=RunStatus.RUNNING)
+    running = RunFactory(
+        session=session,
+        status=RunStatus.RUNNING,
+        lease_owner="worker-1",
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
+    )
     finished = RunFactory(session=session, status=RunStatus.COMPLETED, output="done")
     elsewhere = RunFactory(session=SessionFactory(owner=owner), status=RunStatus.PENDING)
 
@@ -143,7 +151,7 @@ def test_session_end_ends_the_session_and_stops_its_runs(owner):
         (EventType.RUN_CANCELED, "session_ended"),
     ]
     assert [e[0] for e in events] == [1, 2, 3]
-    seq, last_type, data = events[-1]
+    _seq, last_type, data = events[-1]
     assert last_type == EventType.SESSION_ENDED
     assert data["ended_at"] == ended.ended_at.isoformat()
 
@@ -192,7 +200,12 @@ def test_run_create_in_an_active_session_records_a_pending_run(owner):
         (
             1,
             EventType.RUN_CREATED,
-            {"agent": "assistant", "input": "hello", "labels": {"tier": "free"}, "parent_run": None},
+            {
+                "agent": "assistant",
+                "input": "hello",
+                "labels": {"tier": "free"},
+                "parent_run": None,
+            },
         )
     ]
 

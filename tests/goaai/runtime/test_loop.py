@@ -11,8 +11,9 @@ import datetime as dt
 import itertools
 import json
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -55,11 +56,12 @@ class FakeToolCall:
     request: ToolCallRequest
     requires_approval: bool
     outcome: ToolOutcome | None = None
+    attempts: int = 0
 
 
 @dataclass
 class FakeStore:
-    """The part of ``RunStore`` the loop and the memory tools use, kept in lists."""
+    """The part of ``RunStore`` that the loop and the memory tools use, in lists."""
 
     input: str = "hello"
     history: tuple[Message, ...] = ()
@@ -73,10 +75,11 @@ class FakeStore:
     tool_calls: list[FakeToolCall] = field(default_factory=list)
     decisions: list[tuple[str, str, str]] = field(default_factory=list)
     finished: list[dict[str, Any]] = field(default_factory=list)
+    awaiting: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def context(self) -> RunContext:
-        values: dict[str, Any] = dict(
+        return RunContext(
             run_id=self.run_id,
             session_id=self.session_id,
             owner_id=7,
@@ -84,15 +87,22 @@ class FakeStore:
             input=self.input,
             labels={},
             history=self.history,
+            policy=self.policy.as_dict(),
         )
-        # The policy in force travels on the context where the context carries it.
-        if "policy" in {f.name for f in fields(RunContext)}:
-            values["policy"] = self.policy.as_dict()
-        return RunContext(**values)
 
-    def begin_run(self, run_id: uuid.UUID) -> RunContext | None:
+    def claim_run(
+        self, run_id: uuid.UUID, *, owner: str, lease_seconds: float
+    ) -> RunContext | None:
         assert run_id == self.run_id
+        assert owner
         return self.context() if self.startable else None
+
+    def renew_lease(self, run_id: uuid.UUID, *, owner: str, lease_seconds: float) -> bool:
+        return True
+
+    @contextmanager
+    def worker(self) -> Iterator[None]:
+        yield
 
     def cancel_requested(self, run_id: uuid.UUID) -> str | None:
         return self.cancel_reason
@@ -110,7 +120,7 @@ class FakeStore:
         assert latency_ms >= 0
         turn.reply = reply
 
-    def start_tool_call(
+    def schedule_tool_call(
         self,
         *,
         turn_id: uuid.UUID,
@@ -122,6 +132,11 @@ class FakeStore:
         self.tool_calls.append(call)
         return call.id
 
+    def begin_tool_call(self, *, tool_call_id: uuid.UUID) -> int:
+        (call,) = [c for c in self.tool_calls if c.id == tool_call_id]
+        call.attempts += 1
+        return call.attempts
+
     def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> None:
         (call,) = [c for c in self.tool_calls if c.id == tool_call_id]
         assert call.outcome is None, "a tool call was finished twice"
@@ -132,9 +147,12 @@ class FakeStore:
     ) -> RunInfo:
         assert not self.finished, "the run was finished twice"
         self.finished.append({"status": status, "output": output, "error": error})
+        return self._info(status, output, error)
+
+    def _info(self, status: str, output: str, error: RunError | None) -> RunInfo:
         usage = [t.reply.usage for t in self.turns if t.reply is not None]
         return RunInfo(
-            id=run_id,
+            id=self.run_id,
             session_id=self.session_id,
             agent="tester",
             status=status,
@@ -152,6 +170,12 @@ class FakeStore:
     def policy_decision(self, *, run_id: uuid.UUID, rule: str, verdict: str, reason: str) -> None:
         self.decisions.append((rule, verdict, reason))
 
+    def await_input(
+        self, *, run_id: uuid.UUID, kind: str, tool_call_id: uuid.UUID, question: str = ""
+    ) -> RunInfo:
+        self.awaiting.append({"kind": kind, "tool_call_id": tool_call_id, "question": question})
+        return self._info(RunStatus.AWAITING_INPUT, "", None)
+
     def store_memory(self, *, key: str, value: Any, scope: str, **owner: Any) -> MemoryRecord:
         previous = self.memory.get((scope, key))
         self.memory[(scope, key)] = {"value": value, **owner}
@@ -166,20 +190,6 @@ class FakeStore:
             version=1 if previous is None else 2,
             updated_at=dt.datetime.now(tz=dt.UTC),
         )
-
-    # The loop and the store are growing leases and approvals; answer those calls
-    # the simple way, so that these tests keep checking the loop's own decisions.
-    def claim_run(self, run_id: uuid.UUID, **_: Any) -> RunContext | None:
-        return self.begin_run(run_id)
-
-    def renew_lease(self, run_id: uuid.UUID, **_: Any) -> bool:
-        return True
-
-    def schedule_tool_call(self, **kwargs: Any) -> uuid.UUID:
-        return self.start_tool_call(**kwargs)
-
-    def begin_tool_call(self, *, tool_call_id: uuid.UUID) -> int:
-        return 1
 
     # What a test asserts on
 
@@ -263,7 +273,11 @@ def test_a_run_calls_the_tool_then_answers_with_the_scripted_model():
 
     assert info is not None
     assert (info.status, info.output) == (RunStatus.COMPLETED, "2 * (3 + 4) = 14")
-    assert store.ending == {"status": RunStatus.COMPLETED, "output": "2 * (3 + 4) = 14", "error": None}
+    assert store.ending == {
+        "status": RunStatus.COMPLETED,
+        "output": "2 * (3 + 4) = 14",
+        "error": None,
+    }
     assert [t.index for t in store.turns] == [0, 1]
     assert [t.model for t in store.turns] == ["scripted", "scripted"]
     (tool_call,) = store.tool_calls
@@ -273,6 +287,7 @@ def test_a_run_calls_the_tool_then_answers_with_the_scripted_model():
         "calculator",
     )
     assert tool_call.outcome == ToolOutcome(result={"expression": "2 * (3 + 4)", "value": 14})
+    assert (tool_call.attempts, tool_call.requires_approval) == (1, False)
     # The second turn showed the model its own call and the tool's answer.
     assert [m["role"] for m in store.turns[0].messages] == ["system", "user"]
     assert [m["role"] for m in store.turns[1].messages] == ["system", "user", "assistant", "tool"]
@@ -312,7 +327,10 @@ def test_a_memory_tool_writes_on_behalf_of_the_run_and_its_tool_call():
 
     info = loop_for(store, ScriptedModel(), toolsets=("memory",)).execute(store.run_id)
 
-    assert info.output == "Got it. I'll remember in this conversation that your favourite colour is green."
+    assert (
+        info.output
+        == "Got it. I'll remember in this conversation that your favourite colour is green."
+    )
     (tool_call,) = store.tool_calls
     assert store.memory == {
         ("session", "favourite colour"): {
@@ -463,7 +481,9 @@ def test_an_unknown_tool_gives_the_model_an_invalid_call_to_correct():
     assert (info.status, info.output) == (RunStatus.COMPLETED, "Sorry, no weather here.")
     (tool_call,) = store.tool_calls
     expected = "There is no tool named 'weather'; available: calculator, echo."
-    assert tool_call.outcome == ToolOutcome(error_kind=ErrorKind.INVALID_CALL, error_message=expected)
+    assert tool_call.outcome == ToolOutcome(
+        error_kind=ErrorKind.INVALID_CALL, error_message=expected
+    )
     assert tool_call.requires_approval is False
     told = model.requests[1].messages[-1]
     assert (told.role, told.tool_call_id, told.name) == ("tool", "call-weather", "weather")
@@ -538,3 +558,47 @@ def test_a_direct_answer_is_never_stopped_by_the_tool_caps(policy):
     info = loop_for(store, FakeModel(lambda r, n: say("Hi."))).execute(store.run_id)
 
     assert (info.status, info.output) == (RunStatus.COMPLETED, "Hi.")
+
+
+# Waiting for a person
+
+
+def test_a_tool_the_policy_wants_approved_pauses_the_run_before_it_executes():
+    store = FakeStore(policy=Policy(approval_required=frozenset({"echo"})))
+    model = FakeModel(lambda request, n: call("echo", text="hi"))
+
+    info = loop_for(store, model).execute(store.run_id)
+
+    assert info.status == RunStatus.AWAITING_INPUT
+    (tool_call,) = store.tool_calls
+    assert tool_call.requires_approval is True
+    assert (tool_call.attempts, tool_call.outcome) == (0, None)
+    assert store.awaiting == [{"kind": "approval", "tool_call_id": tool_call.id, "question": ""}]
+    assert store.finished == []
+
+
+def test_asking_the_user_pauses_the_run_with_the_question():
+    store = FakeStore()
+    model = FakeModel(lambda request, n: call("ask_user", question="Which city?"))
+
+    info = loop_for(store, model, toolsets=("interaction",)).execute(store.run_id)
+
+    assert info.status == RunStatus.AWAITING_INPUT
+    (tool_call,) = store.tool_calls
+    assert store.awaiting == [
+        {"kind": "question", "tool_call_id": tool_call.id, "question": "Which city?"}
+    ]
+    assert store.finished == []
+
+
+def test_a_blocked_tool_is_not_offered_and_calling_it_is_an_invalid_call():
+    store = FakeStore(policy=Policy(blocked_tools=frozenset({"echo"})))
+
+    def script(request: ModelRequest, n: int) -> ModelReply:
+        return call("echo", text="hi") if n == 0 else say("ok")
+
+    model = FakeModel(script)
+    loop_for(store, model).execute(store.run_id)
+
+    assert {spec.name for spec in model.requests[0].tools} == {"calculator"}
+    assert store.tool_calls[0].outcome.error_kind == ErrorKind.INVALID_CALL

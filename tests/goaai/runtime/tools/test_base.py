@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-from goaai.runtime.tools import TOOLSETS, ToolContext, ToolRejected, tool, tools_for
 from goaai.runtime.errors import UnknownTool
+from goaai.runtime.tools import TOOLSETS, ToolContext, ToolRejected, tool, tools_for
 from goaai.runtime.vocabulary import ErrorKind
 
 
@@ -62,10 +62,18 @@ def test_defaults_fill_in_missing_optional_arguments():
     ("arguments", "problem"),
     [
         pytest.param({}, "text: Field required", id="missing"),
-        pytest.param({"text": "a", "colour": "red"}, "colour: Extra inputs are not permitted", id="extra"),
+        pytest.param(
+            {"text": "a", "colour": "red"}, "colour: Extra inputs are not permitted", id="extra"
+        ),
         pytest.param({"text": 5}, "text: Input should be a valid string", id="wrong type"),
-        pytest.param({"text": "a", "times": "many"}, "times: Input should be a valid integer", id="not a number"),
-        pytest.param({"text": "a" * 21}, "text: String should have at most 20 characters", id="too long"),
+        pytest.param(
+            {"text": "a", "times": "many"},
+            "times: Input should be a valid integer",
+            id="not a number",
+        ),
+        pytest.param(
+            {"text": "a" * 21}, "text: String should have at most 20 characters", id="too long"
+        ),
     ],
 )
 def test_invalid_arguments_give_an_invalid_call_naming_the_problem(arguments, problem):
@@ -152,7 +160,13 @@ def test_a_parameter_without_a_type_hint_is_refused_when_the_tool_is_declared():
 def test_toolsets_name_their_tools():
     tools = tools_for(("calculator", "memory"))
 
-    assert sorted(tools) == ["calculator", "memory_forget", "memory_recall", "memory_store"]
+    assert sorted(tools) == [
+        "calculator",
+        "memory_forget",
+        "memory_forget_all",
+        "memory_recall",
+        "memory_store",
+    ]
     assert tools["memory_store"].toolset == "memory"
     assert set(TOOLSETS) >= {"memory", "clock", "calculator", "text"}
 

@@ -23,8 +23,8 @@ from goaai.runtime.vocabulary import ErrorKind
         ("-2 ** 2", -4),
         ("2 ** 3 ** 2", 512),
         ("2^10", 1024),
-        ("6 × 7", 42),
-        ("84 ÷ 2", 42),
+        ("6 \u00d7 7", 42),  # the multiplication sign
+        ("84 \u00f7 2", 42),  # the division sign
         ("7 // 2", 3),
         ("7 % 3", 1),
         ("-3 + +5", 2),
