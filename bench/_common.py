@@ -26,7 +26,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument(
-        "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
+        "--postgres",
+        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
         help="a PostgreSQL server URL; the benchmark creates and drops goaai_bench on it",
     )
     return parser

@@ -83,7 +83,9 @@ class Raw:
             cursor.execute(self._sql(sql), params)
         self.conn.commit()
 
-    def events(self, session_id: uuid.UUID, run_id: uuid.UUID, types: list[str], data: dict) -> list:
+    def events(
+        self, session_id: uuid.UUID, run_id: uuid.UUID, types: list[str], data: dict
+    ) -> list:
         rows = []
         for event_type in types:
             self.seq += 1
@@ -91,7 +93,14 @@ class Raw:
                 (
                     "INSERT INTO runs_app_runevent (session_id, run_id, seq, type, data, created_at) "
                     "VALUES (%s, %s, %s, %s, %s, %s)",
-                    (self._id(session_id), self._id(run_id), self.seq, event_type, json.dumps(data), self._now()),
+                    (
+                        self._id(session_id),
+                        self._id(run_id),
+                        self.seq,
+                        event_type,
+                        json.dumps(data),
+                        self._now(),
+                    ),
                 )
             )
         rows.append(
@@ -134,7 +143,7 @@ class Raw:
             self.step(
                 [
                     (
-                        "INSERT INTO runs_app_turn (id, run_id, \"index\", model, request_messages, "
+                        'INSERT INTO runs_app_turn (id, run_id, "index", model, request_messages, '
                         "response_text, response_tool_calls, input_tokens, output_tokens, started_at) "
                         "VALUES (%s, %s, %s, 'bench', %s, '', '[]', 0, 0, %s)",
                         (self._id(turn_id), self._id(run_id), t, messages, now()),
@@ -142,7 +151,12 @@ class Raw:
                     *self.events(session_id, run_id, ["turn.started"], {"index": t}),
                 ]
             )
-            requested = json.dumps([{"id": f"c{t}-{c}", "name": "calculator", "arguments": ARGUMENTS} for c in range(calls)])
+            requested = json.dumps(
+                [
+                    {"id": f"c{t}-{c}", "name": "calculator", "arguments": ARGUMENTS}
+                    for c in range(calls)
+                ]
+            )
             self.step(
                 [
                     (
@@ -164,13 +178,24 @@ class Raw:
                     [
                         (
                             "INSERT INTO runs_app_toolcall (id, run_id, turn_id, session_id, call_id, "
-                            "\"index\", name, arguments, status, error_kind, error_message, "
+                            '"index", name, arguments, status, error_kind, error_message, '
                             "requires_approval, decision, decision_reason, attempt, created_at) VALUES "
                             "(%s, %s, %s, %s, %s, %s, 'calculator', %s, 'scheduled', '', '', %s, '', '', 0, %s)",
-                            (self._id(call_id), self._id(run_id), self._id(turn_id), self._id(session_id),
-                             f"c{t}-{c}", c, json.dumps(ARGUMENTS), False, now()),
+                            (
+                                self._id(call_id),
+                                self._id(run_id),
+                                self._id(turn_id),
+                                self._id(session_id),
+                                f"c{t}-{c}",
+                                c,
+                                json.dumps(ARGUMENTS),
+                                False,
+                                now(),
+                            ),
                         ),
-                        *self.events(session_id, run_id, ["tool_call.scheduled"], {"arguments": ARGUMENTS}),
+                        *self.events(
+                            session_id, run_id, ["tool_call.scheduled"], {"arguments": ARGUMENTS}
+                        ),
                     ]
                 )
                 self.step(
@@ -190,7 +215,9 @@ class Raw:
                             "duration_ms = 1 WHERE id = %s",
                             (json.dumps(RESULT), now(), self._id(call_id)),
                         ),
-                        *self.events(session_id, run_id, ["tool_call.succeeded"], {"result": RESULT}),
+                        *self.events(
+                            session_id, run_id, ["tool_call.succeeded"], {"result": RESULT}
+                        ),
                     ]
                 )
         self.step(

@@ -79,17 +79,41 @@ _RESOLVE_COLUMNS = (
 
 
 @functools.cache
-def _probe_sql(vendor: str) -> dict[str, str]:
-    mark = "?" if vendor == "sqlite" else "%s"
+def _resolve_sql(vendor: str) -> str:
+    """One statement, four index probes: each branch reads one scope through that
+    scope's unique (owner, key) index, and the most specific live entry wins. (An OR
+    of the four conditions would defeat those indexes and scan every row of the key.)
+    """
     table = connection.ops.quote_name(MemoryEntry._meta.db_table)
-    head = f"SELECT {_RESOLVE_COLUMNS} FROM {table} WHERE "
-    tail = f"key = {mark} AND (expires_at IS NULL OR expires_at > {mark})"
-    return {
-        MemoryScope.SESSION: f"{head}scope = 'session' AND session_id = {mark} AND {tail}",
-        MemoryScope.USER: f"{head}scope = 'user' AND user_id = {mark} AND {tail}",
-        MemoryScope.AGENT: f"{head}scope = 'agent' AND agent = {mark} AND {tail}",
-        MemoryScope.GLOBAL: f"{head}scope = 'global' AND {tail}",
-    }
+    sessions = connection.ops.quote_name(Session._meta.db_table)
+    live = "(expires_at IS NULL OR expires_at > %(now)s)"
+    # The owner and agent come from the session row itself (not from a cache), so a
+    # deleted session resolves to nothing, in every process.
+    owner = f"(SELECT owner_id FROM {sessions} WHERE id = %(session)s)"
+    agent = f"(SELECT agent FROM {sessions} WHERE id = %(session)s)"
+    exists = f"EXISTS (SELECT 1 FROM {sessions} WHERE id = %(session)s)"
+    branches = [
+        f"scope = 'session' AND session_id = %(session)s AND key = %(key)s AND {live}",
+        f"scope = 'user' AND user_id = {owner} AND key = %(key)s AND {live}",
+        f"scope = 'agent' AND agent = {agent} AND key = %(key)s AND {live}",
+        f"scope = 'global' AND key = %(key)s AND {live} AND {exists}",
+    ]
+    columns = _RESOLVE_COLUMNS
+    if vendor == "sqlite":
+        # As text, the timestamps skip the driver's slow generic converter.
+        columns = columns.replace(
+            "updated_at, expires_at",
+            "CAST(updated_at AS TEXT) AS updated_at, CAST(expires_at AS TEXT) AS expires_at",
+        )
+    union = " UNION ALL ".join(
+        f"SELECT {rank} AS rank, {columns} FROM {table} WHERE {where}"
+        for rank, where in enumerate(branches)
+    )
+    sql = f"SELECT {_RESOLVE_COLUMNS} FROM ({union}) AS candidates ORDER BY rank LIMIT 1"
+    if vendor == "sqlite":
+        for name in ("now", "session", "key"):
+            sql = sql.replace(f"%({name})s", f":{name}")
+    return sql
 
 
 def _record(vendor: str, row: tuple[Any, ...]) -> MemoryRecord:
@@ -134,37 +158,25 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
         db.ensure_connection()
         raw = db.connection
     vendor = db.vendor
-    owner = session_owner_and_agent(session_id)
-    if owner is None:
+    sqlite = vendor == "sqlite"
+    now = dt.datetime.now(tz=dt.UTC)
+    params = {
+        "session": session_id.hex if sqlite else session_id,
+        "key": key,
+        "now": now.replace(tzinfo=None).isoformat(sep=" ") if sqlite else now,
+    }
+    if sqlite:
+        row = raw.execute(_resolve_sql(vendor), params).fetchone()
+    else:
+        import psycopg
+
+        # Server-side binding, so that PostgreSQL plans the statement once.
+        with psycopg.Cursor(raw) as cursor:
+            row = cursor.execute(_resolve_sql(vendor), params, prepare=True).fetchone()
+    if row is not None:
+        return _record(vendor, row)
+    if not Session.objects.filter(pk=session_id).exists():
         raise NotFound(f"No session {session_id}.")
-    owner_id, agent = owner
-    probes = _probe_sql(vendor)
-    if vendor == "sqlite":
-        now = dt.datetime.now(tz=dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
-        sqlite_probes: tuple[tuple[str, tuple[Any, ...]], ...] = (
-            (MemoryScope.SESSION, (session_id.hex, key, now)),
-            (MemoryScope.USER, (owner_id, key, now)),
-            (MemoryScope.AGENT, (agent, key, now)),
-            (MemoryScope.GLOBAL, (key, now)),
-        )
-        for scope, values in sqlite_probes:
-            row = raw.execute(probes[scope], values).fetchone()
-            if row is not None:
-                return _record(vendor, row)
-        return None
-    aware_now = dt.datetime.now(tz=dt.UTC)
-    with raw.cursor() as cursor:
-        pg_probes: tuple[tuple[str, tuple[Any, ...]], ...] = (
-            (MemoryScope.SESSION, (session_id, key, aware_now)),
-            (MemoryScope.USER, (owner_id, key, aware_now)),
-            (MemoryScope.AGENT, (agent, key, aware_now)),
-            (MemoryScope.GLOBAL, (key, aware_now)),
-        )
-        for scope, pg_values in pg_probes:
-            cursor.execute(probes[scope], pg_values, prepare=True)
-            row = cursor.fetchone()
-            if row is not None:
-                return _record(vendor, row)
     return None
 
 

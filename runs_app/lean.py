@@ -47,9 +47,16 @@ statements = _Counter()
 
 @contextmanager
 def cursor() -> Iterator[Any]:
-    """The driver's cursor on Django's current connection (opened if needed)."""
+    """The driver's cursor on Django's current connection (opened if needed). On
+    PostgreSQL it binds parameters on the server, so that statements run again and
+    again are prepared once (Django's own cursors bind on the client)."""
     connection.ensure_connection()
-    raw = connection.connection.cursor()
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        raw = psycopg.Cursor(connection.connection)
+    else:
+        raw = connection.connection.cursor()
     try:
         yield raw
     finally:

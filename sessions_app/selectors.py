@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-import functools
 from uuid import UUID
 
 from goaai.runtime.errors import NotFound
 from sessions_app.models import Session
 
+_OWNERS: dict[UUID, tuple[int, str]] = {}
+_OWNERS_LIMIT = 8192
 
-@functools.lru_cache(maxsize=8192)
+
 def session_owner_and_agent(session_id: UUID) -> tuple[int, str] | None:
     """A session's owner and agent, or ``None`` if there is no such session.
 
-    Both are fixed when the session is created and never change, which makes
-    caching them in each process safe; the hot paths that need them (memory
-    resolution, starting a run) then skip a query.
+    Both are fixed when the session is created and never change, so each process
+    remembers them for sessions it has seen (starting a run then skips a query).
+    A miss is never remembered: the session may be created a moment later. Callers
+    that must not act on a deleted session check for it themselves.
     """
+    known = _OWNERS.get(session_id)
+    if known is not None:
+        return known
     row = Session.objects.filter(pk=session_id).values_list("owner_id", "agent").first()
-    return (row[0], row[1]) if row else None
+    if row is None:
+        return None
+    if len(_OWNERS) >= _OWNERS_LIMIT:
+        _OWNERS.clear()
+    _OWNERS[session_id] = (row[0], row[1])
+    return _OWNERS[session_id]
 
 
 def session_get(*, session_id: UUID) -> Session:
