@@ -105,6 +105,7 @@ def main() -> None:
 
     import psycopg
 
+    raw_conn = connection.connection
     if args.db == "sqlite":
         raw_sql = (
             "SELECT value FROM memory_app_memoryentry "
@@ -125,7 +126,6 @@ def main() -> None:
             raw_cursor.execute(raw_sql, (owner[0], key), prepare=True)
             return raw_cursor.fetchone()
 
-    raw_conn = connection.connection
     store, closer = _langgraph_store(args.db, url)
     try:
         from langgraph.store.base import PutOp
@@ -184,7 +184,7 @@ def _langgraph_store(db: str, url: str):
 
         from langgraph.store.sqlite import SqliteStore
 
-        path = tempfile.mktemp(suffix=".sqlite3", prefix="langgraph-")
+        path = f"{tempfile.mkdtemp(prefix='langgraph-')}/store.sqlite3"
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         store = SqliteStore(conn)
         store.setup()
