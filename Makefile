@@ -28,7 +28,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy .
+	$(VENV)/bin/mypy
 
 # The suite on SQLite (embedded default), then on PostgreSQL when DATABASE_URL points
 # at it or in CI, where a missing server must fail the build rather than skip.
