@@ -33,7 +33,7 @@ typecheck: install
 # The suite on SQLite (embedded default), then on PostgreSQL when DATABASE_URL points
 # at it or in CI, where a missing server must fail the build rather than skip.
 pytest: install
-	$(PY) manage.py makemigrations --check --dry-run
+	env -u DATABASE_URL $(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(VENV)/bin/pytest
 
 pytest-postgres: install
