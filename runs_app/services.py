@@ -24,6 +24,7 @@ from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
 from goaai.runtime.policy import Decision
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
+    ErrorKind,
     EventType,
     RunStatus,
     ToolCallStatus,
@@ -217,6 +218,13 @@ def run_start(*, run_id: UUID) -> Run:
 def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any) -> Run:
     now = timezone.now()
     run = _transition(batch, run_id, status, ended_at=now, **changes)
+    if status != RunStatus.COMPLETED:
+        # Agents this run called, and that still wait or work, stop with it.
+        for child_id in Run.objects.filter(
+            parent_run_id=run_id,
+            status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
+        ).values_list("id", flat=True):
+            _cancel_or_flag(batch, child_id, f"its parent run {run_id} ended {status}")
     # Steps still open when a run ends were cut short with it.
     lean.execute(
         batch.cursor,
@@ -398,6 +406,12 @@ def run_respond(
         awaiting = run.awaiting or {}
         if run.status != RunStatus.AWAITING_INPUT:
             raise IllegalTransition(run_id, run.status, "answered")
+        if awaiting.get("kind") == "delegated":
+            raise IllegalTransition(
+                run_id,
+                f"waiting for its child run {awaiting.get('child_run')}",
+                "answered here; answer the child run",
+            )
         waited_call = UUID(str(awaiting.get("tool_call")))
         if tool_call_id is not None and tool_call_id != waited_call:
             raise IllegalTransition(
@@ -464,6 +478,56 @@ def run_respond(
                 run_id=run_id,
             )
         return _resume(batch, run_id, answered=awaiting.get("kind"))
+
+
+def run_settle_child(*, child_run_id: UUID) -> UUID | None:
+    """A child run ended after waiting for a person. If its parent waits for it,
+    the child's answer (or why it has none) becomes the result of the parent's tool
+    call and the parent is ready to continue; returns the parent's id, or ``None``.
+    """
+    child = Run.objects.filter(pk=child_run_id).first()
+    if child is None or child.parent_run_id is None or not child.is_terminal:
+        return None
+    with recording(child.session_id) as batch:
+        parent = Run.objects.filter(pk=child.parent_run_id).first()
+        awaiting = (parent.awaiting or {}) if parent else {}
+        if (
+            parent is None
+            or parent.status != RunStatus.AWAITING_INPUT
+            or awaiting.get("kind") != "delegated"
+            or awaiting.get("child_run") != str(child.pk)
+        ):
+            return None
+        call_id = UUID(str(awaiting["tool_call"]))
+        call = ToolCall.objects.get(pk=call_id)
+        now = timezone.now()
+        if child.status == RunStatus.COMPLETED:
+            result = {"agent": child.agent, "run": str(child.pk), "answer": child.output}
+            changes: dict[str, Any] = {"status": ToolCallStatus.SUCCEEDED, "result": result}
+            event = EventType.TOOL_CALL_SUCCEEDED
+            data: dict[str, Any] = {"result": result}
+        else:
+            detail = child.error_message or child.cancel_reason or child.status
+            message = f"The {child.agent} agent did not answer: {detail}"
+            changes = {
+                "status": ToolCallStatus.FAILED,
+                "error_kind": ErrorKind.DOMAIN_REJECTION,
+                "error_message": message,
+            }
+            event = EventType.TOOL_CALL_FAILED
+            data = {"error": {"kind": ErrorKind.DOMAIN_REJECTION, "message": message}}
+        started = call.started_at or call.created_at
+        duration = int((now - started).total_seconds() * 1000)
+        ToolCall.objects.filter(pk=call_id, status=ToolCallStatus.RUNNING).update(
+            ended_at=now, duration_ms=duration, **changes
+        )
+        batch.add(
+            event,
+            {"tool_call": str(call_id), "name": call.name, "duration_ms": duration, **data},
+            run_id=parent.pk,
+        )
+        _resume(batch, parent.pk, answered="delegated", child_run=str(child.pk))
+    return parent.pk
 
 
 def run_claim(
@@ -694,10 +758,18 @@ def tool_call_schedule(
     requires_approval: bool = False,
     run_id: UUID | None = None,
     session_id: UUID | None = None,
+    start: bool = False,
 ) -> ToolCall:
-    """Record a tool call the model asked for; one that needs approval asks for it."""
+    """Record a tool call the model asked for; one that needs approval asks for it.
+
+    With ``start`` (a call that needs no approval), the call is recorded as running
+    its first attempt in the same transaction: one step instead of two.
+    """
+    if requires_approval and start:
+        raise IllegalTransition(call_id, "waiting for approval", "running", what="Tool call")
     if run_id is None or session_id is None:
         run_id, session_id, _, _ = _turn_keys(turn_id)
+    now = timezone.now()
     call = ToolCall(
         id=uuid.uuid4(),
         run_id=run_id,
@@ -708,16 +780,18 @@ def tool_call_schedule(
         name=name,
         arguments=arguments,
         requires_approval=requires_approval,
-        status=ToolCallStatus.SCHEDULED,
-        created_at=timezone.now(),
+        status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
+        attempt=1 if start else 0,
+        created_at=now,
+        started_at=now if start else None,
     )
-    with recording(session_id, expect=2 if requires_approval else 1) as batch:
+    with recording(session_id, expect=2 if requires_approval or start else 1) as batch:
         lean.execute(
             batch.cursor,
             f"INSERT INTO {_CALLS} (id, run_id, turn_id, session_id, call_id, {_INDEX}, name, "
             "arguments, status, error_kind, error_message, requires_approval, decision, "
-            "decision_reason, attempt, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %j, %s, '', '', %s, '', '', 0, %s)",
+            "decision_reason, attempt, created_at, started_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %j, %s, '', '', %s, '', '', %s, %s, %s)",
             [
                 call.id,
                 run_id,
@@ -727,9 +801,11 @@ def tool_call_schedule(
                 index,
                 name,
                 arguments,
-                ToolCallStatus.SCHEDULED,
+                call.status,
                 requires_approval,
+                call.attempt,
                 call.created_at,
+                call.started_at,
             ],
         )
         batch.add(
@@ -746,6 +822,12 @@ def tool_call_schedule(
             batch.add(
                 EventType.TOOL_CALL_APPROVAL_REQUESTED,
                 {"tool_call": str(call.id), "name": name, "arguments": arguments},
+                run_id=run_id,
+            )
+        if start:
+            batch.add(
+                EventType.TOOL_CALL_STARTED,
+                {"tool_call": str(call.id), "name": name, "attempt": 1},
                 run_id=run_id,
             )
     return call
@@ -808,19 +890,20 @@ def tool_call_start(
     call_id: str,
     name: str,
     arguments: dict[str, Any],
-    requires_approval: bool = False,
+    run_id: UUID | None = None,
+    session_id: UUID | None = None,
 ) -> ToolCall:
-    """Schedule a tool call and start it at once (a call that needs no approval)."""
-    call = tool_call_schedule(
+    """Record a tool call that needs no approval as scheduled and started, in one step."""
+    return tool_call_schedule(
         turn_id=turn_id,
         index=index,
         call_id=call_id,
         name=name,
         arguments=arguments,
-        requires_approval=requires_approval,
+        run_id=run_id,
+        session_id=session_id,
+        start=True,
     )
-    tool_call_begin(tool_call_id=call.id)
-    return ToolCall.objects.get(pk=call.id)
 
 
 def tool_call_finish(

@@ -356,6 +356,24 @@ class OrmRunStore:
         )
         return call.id
 
+    def start_tool_call(self, *, turn_id: UUID, index: int, request: ToolCallRequest) -> UUID:
+        turn: services.TurnKeys | None = self._keys.get("turn", turn_id)
+        call = services.tool_call_start(
+            turn_id=turn_id,
+            index=index,
+            call_id=request.id,
+            name=request.name,
+            arguments=request.arguments,
+            run_id=turn.run_id if turn else None,
+            session_id=turn.session_id if turn else None,
+        )
+        self._keys.put(
+            "call",
+            call.id,
+            services.CallKeys(call.run_id, call.session_id, call.name, call.started_at),
+        )
+        return call.id
+
     def begin_tool_call(self, *, tool_call_id: UUID) -> int:
         keys: services.CallKeys | None = self._keys.get("call", tool_call_id)
         now = timezone.now()
@@ -365,12 +383,23 @@ class OrmRunStore:
         return attempt
 
     def await_input(
-        self, *, run_id: UUID, kind: str, tool_call_id: UUID, question: str = ""
+        self,
+        *,
+        run_id: UUID,
+        kind: str,
+        tool_call_id: UUID,
+        question: str = "",
+        child_run_id: UUID | None = None,
     ) -> RunInfo:
         data: dict[str, Any] = {"tool_call": str(tool_call_id)}
         if question:
             data["question"] = question
+        if child_run_id is not None:
+            data["child_run"] = str(child_run_id)
         return run_info(services.run_await_input(run_id=run_id, kind=kind, data=data))
+
+    def settle_child(self, run_id: UUID) -> UUID | None:
+        return services.run_settle_child(child_run_id=run_id)
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
         services.tool_call_finish(

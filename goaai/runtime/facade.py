@@ -152,7 +152,14 @@ class Runtime:
     def execute(self, run_id: UUID) -> RunInfo | None:
         """Execute one run in this thread (what every executor's worker calls)."""
         with self.store.worker():
-            return self.loop().execute(run_id)
+            result = self.loop().execute(run_id)
+            if result is not None and result.parent_run_id is not None:
+                # A child that had to wait for a person ended on its own: its parent,
+                # waiting for it, can go on.
+                parent = self.store.settle_child(result.id)
+                if parent is not None:
+                    self._submit_after_commit(parent)
+            return result
 
     def _run_child(self, run_id: UUID) -> RunInfo | None:
         # An agent called as a tool runs in its caller's thread: the caller waits

@@ -37,6 +37,7 @@ from goaai.runtime.policy import Policy
 from goaai.runtime.store import RunStore
 from goaai.runtime.tools import Tool, ToolContext, ToolRejected, tools_for
 from goaai.runtime.tools.agents import agent_tool
+from goaai.runtime.tools.base import DelegationPaused
 from goaai.runtime.types import (
     Message,
     RunContext,
@@ -225,6 +226,11 @@ class TurnLoop:
                 self._check_between_steps(context, policy, progress, lease)
                 self.store.restart_turn(turn_id=turn.id)
                 reply_calls = self._ask_model(context, model, specs, progress, turn.id)
+            elif not turn.response_tool_calls:
+                # The model had answered; only recording the run's end was lost.
+                return self.store.finish_run(
+                    run_id=context.run_id, status=RunStatus.COMPLETED, output=turn.response_text
+                )
             else:
                 reply_calls = turn.response_tool_calls
                 progress.messages.append(
@@ -351,13 +357,24 @@ class TurnLoop:
         state: ToolCallState | None,
     ) -> ToolOutcome:
         found = tools.get(request.name)
+        started = False
         if state is None:
             needs_approval = bool(found) and policy.needs_approval(
                 request.name, bool(found and found.requires_approval)
             )
-            tool_call_id = self.store.schedule_tool_call(
-                turn_id=turn_id, index=position, request=request, requires_approval=needs_approval
-            )
+            if needs_approval or (found is not None and found.asks_user):
+                tool_call_id = self.store.schedule_tool_call(
+                    turn_id=turn_id,
+                    index=position,
+                    request=request,
+                    requires_approval=needs_approval,
+                )
+            else:
+                # Nothing to wait for: scheduled and started in one step.
+                tool_call_id = self.store.start_tool_call(
+                    turn_id=turn_id, index=position, request=request
+                )
+                started = True
         else:
             tool_call_id = state.id
             needs_approval = state.requires_approval
@@ -368,7 +385,8 @@ class TurnLoop:
                 error_message=f"There is no tool named {request.name!r}; "
                 f"available: {', '.join(sorted(tools)) or 'none'}.",
             )
-            self.store.begin_tool_call(tool_call_id=tool_call_id)
+            if not started:
+                self.store.begin_tool_call(tool_call_id=tool_call_id)
             self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
             return outcome
 
@@ -400,8 +418,21 @@ class TurnLoop:
             self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
             return outcome
 
-        self.store.begin_tool_call(tool_call_id=tool_call_id)
-        outcome = self._invoke(found, request, context, tool_call_id)
+        if not started:
+            self.store.begin_tool_call(tool_call_id=tool_call_id)
+        try:
+            outcome = self._invoke(found, request, context, tool_call_id)
+        except DelegationPaused as waiting:
+            # The agent this run called waits for a person; so does this run. When
+            # the child ends, its answer becomes this call's result and we go on.
+            raise _Paused(
+                self.store.await_input(
+                    run_id=context.run_id,
+                    kind="delegated",
+                    tool_call_id=tool_call_id,
+                    child_run_id=waiting.child.id,
+                )
+            ) from None
         self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
         return outcome
 

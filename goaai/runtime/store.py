@@ -110,14 +110,31 @@ class RunStore(Protocol):
         """Record a tool call the model asked for (and, if needed, ask for approval)."""
         ...
 
+    def start_tool_call(self, *, turn_id: UUID, index: int, request: ToolCallRequest) -> UUID:
+        """Record a call that needs no approval as scheduled and running, in one step."""
+        ...
+
     def begin_tool_call(self, *, tool_call_id: UUID) -> int:
         """Mark a scheduled (or interrupted) call running; returns its attempt number."""
         ...
 
     def await_input(
-        self, *, run_id: UUID, kind: str, tool_call_id: UUID, question: str = ""
+        self,
+        *,
+        run_id: UUID,
+        kind: str,
+        tool_call_id: UUID,
+        question: str = "",
+        child_run_id: UUID | None = None,
     ) -> RunInfo:
-        """Pause the run until a person approves/denies the call or answers the question."""
+        """Pause the run until a person approves/denies the call or answers the
+        question (``kind="delegated"``: until the child run the call started ends)."""
+        ...
+
+    def settle_child(self, run_id: UUID) -> UUID | None:
+        """A child run ended: if its parent waits for it, its answer (or failure)
+        becomes the parent's tool-call result and the parent may continue. Returns
+        the parent to hand to the executor, or ``None``."""
         ...
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None: ...

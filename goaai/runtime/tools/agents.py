@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from goaai.runtime.tools.base import Tool, ToolContext, ToolRejected, tool
+from goaai.runtime.tools.base import DelegationPaused, Tool, ToolContext, ToolRejected, tool
 from goaai.runtime.vocabulary import RunStatus
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ def agent_tool(agent: "Agent") -> Tool:
         if context.call_agent is None:
             raise ToolRejected("Calling other agents is not available here.")
         child = context.call_agent(agent.id, prompt)
+        if child.status == RunStatus.AWAITING_INPUT:
+            raise DelegationPaused(child)
         if child.status != RunStatus.COMPLETED:
             detail = child.error.message if child.error else child.status
             raise ToolRejected(f"The {agent.id} agent did not answer: {detail}")

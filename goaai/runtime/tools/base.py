@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class DelegationPaused(Exception):
+    """Raised by an agent tool whose child run waits for a person: the calling run
+    must wait too, until the child has its answer and ends."""
+
+    def __init__(self, child: RunInfo) -> None:
+        super().__init__(f"child run {child.id} awaits input")
+        self.child = child
+
+
 class ToolRejected(Exception):
     """Raised by a tool that refuses its input for a reason the model can act on."""
 
@@ -91,6 +100,8 @@ class Tool:
             kwargs["context"] = context
         try:
             result = self.func(**kwargs)
+        except DelegationPaused:
+            raise
         except ToolRejected as exc:
             return ToolOutcome(error_kind=exc.kind, error_message=exc.message)
         except Exception as exc:

@@ -37,7 +37,8 @@ class Command(BaseCommand):
             raise CommandError(f"{exc} Agents: {names}.") from exc
         session = self._session(options["session"], options["user"], agent)
         self.stdout.write(f"Session {session.id} with {session.agent}. Ctrl-D to leave.")
-        earlier = session.runs.count()
+        # The user's messages, not the runs agents started for each other.
+        earlier = session.runs.filter(parent_run__isnull=True).count()
         if earlier:
             self.stdout.write(f"(continuing after {earlier} earlier runs)")
         messages = options["message"]

@@ -137,6 +137,15 @@ class FakeStore:
         call.attempts += 1
         return call.attempts
 
+    def start_tool_call(
+        self, *, turn_id: uuid.UUID, index: int, request: ToolCallRequest
+    ) -> uuid.UUID:
+        call_id = self.schedule_tool_call(
+            turn_id=turn_id, index=index, request=request, requires_approval=False
+        )
+        self.begin_tool_call(tool_call_id=call_id)
+        return call_id
+
     def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> None:
         (call,) = [c for c in self.tool_calls if c.id == tool_call_id]
         assert call.outcome is None, "a tool call was finished twice"

@@ -106,6 +106,13 @@ class InMemoryRunStore:
     def begin_tool_call(self, *, tool_call_id: uuid.UUID) -> int:
         return 1
 
+    def start_tool_call(
+        self, *, turn_id: uuid.UUID, index: int, request: ToolCallRequest
+    ) -> uuid.UUID:
+        return self.schedule_tool_call(
+            turn_id=turn_id, index=index, request=request, requires_approval=False
+        )
+
     def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> None:
         self.tool_calls[tool_call_id]["outcome"] = outcome
 
