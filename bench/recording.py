@@ -6,8 +6,8 @@ statements writing the same rows, one transaction per step.
         [--turns N] [--calls M]
 
 Each step of the loop is a transaction: the run is created and claimed, each turn
-starts and completes, each tool call is scheduled, begins and finishes, the run
-completes; every step writes its rows and its events. The raw baseline executes
+starts and completes, each tool call starts (scheduled and running) and finishes,
+the run completes; every step writes its rows and its events. The raw baseline executes
 the same statements' worth of rows with the driver and no ORM, no reads and no
 locking. Target: services <= 1.5x raw.
 """
@@ -48,10 +48,7 @@ def through_services(session_id: uuid.UUID, turns: int, calls: int) -> None:
             latency_ms=5,
         )
         for position, request in enumerate(requests):
-            call_id = store.schedule_tool_call(
-                turn_id=turn_id, index=position, request=request, requires_approval=False
-            )
-            store.begin_tool_call(tool_call_id=call_id)
+            call_id = store.start_tool_call(turn_id=turn_id, index=position, request=request)
             store.finish_tool_call(tool_call_id=call_id, outcome=ToolOutcome(result=RESULT))
     store.finish_run(run_id=run.id, status="completed", output="done")
 
@@ -179,8 +176,8 @@ class Raw:
                         (
                             "INSERT INTO runs_app_toolcall (id, run_id, turn_id, session_id, call_id, "
                             '"index", name, arguments, status, error_kind, error_message, '
-                            "requires_approval, decision, decision_reason, attempt, created_at) VALUES "
-                            "(%s, %s, %s, %s, %s, %s, 'calculator', %s, 'scheduled', '', '', %s, '', '', 0, %s)",
+                            "requires_approval, decision, decision_reason, attempt, created_at, started_at) "
+                            "VALUES (%s, %s, %s, %s, %s, %s, 'calculator', %s, 'running', '', '', %s, '', '', 1, %s, %s)",
                             (
                                 self._id(call_id),
                                 self._id(run_id),
@@ -191,21 +188,15 @@ class Raw:
                                 json.dumps(ARGUMENTS),
                                 False,
                                 now(),
+                                now(),
                             ),
                         ),
                         *self.events(
-                            session_id, run_id, ["tool_call.scheduled"], {"arguments": ARGUMENTS}
+                            session_id,
+                            run_id,
+                            ["tool_call.scheduled", "tool_call.started"],
+                            {"arguments": ARGUMENTS},
                         ),
-                    ]
-                )
-                self.step(
-                    [
-                        (
-                            "UPDATE runs_app_toolcall SET status = 'running', attempt = attempt + 1, "
-                            "started_at = %s WHERE id = %s",
-                            (now(), self._id(call_id)),
-                        ),
-                        *self.events(session_id, run_id, ["tool_call.started"], {}),
                     ]
                 )
                 self.step(
@@ -257,7 +248,7 @@ def main() -> None:
 
         raw_conn = psycopg.connect(connection.settings_dict["NAME"] and _pg_url(connection))
     raw = Raw(args.db, raw_conn)
-    rows = args.runs * (2 + args.turns * (2 + 3 * args.calls) + 1)
+    rows = args.runs * (2 + args.turns * (2 + 2 * args.calls) + 1)
 
     # Warm up both paths, then alternate them so that drift hits both alike.
     through_services(ours.id, 1, 1)
