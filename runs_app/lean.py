@@ -63,7 +63,13 @@ def cursor() -> Iterator[Any]:
         raw.close()
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def adapt(value: Any, *, sqlite: bool) -> Any:
+    if type(value) in _PLAIN:
+        # Most values; str subclasses (the status enums) pass through below.
+        return value
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     if not sqlite:
