@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -17,6 +18,8 @@ from goaai.runtime.vocabulary import EventType, RunStatus
 from runs_app.models import RunEvent, ToolCall
 from runs_app.selectors import events_after
 from sessions_app.models import Session
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -81,8 +84,16 @@ class Command(BaseCommand):
         done = threading.Event()
 
         def wait_for_run() -> None:
-            handle.wait()
-            done.set()
+            # A thread of its own: it gives its database connection back when done,
+            # and always says it is done, even if waiting failed.
+            try:
+                with rt.store.worker():
+                    handle.wait()
+            except Exception:
+                # The loop below keeps watching the run's record and reports it.
+                logger.exception("Waiting for run %s failed", handle.run_id)
+            finally:
+                done.set()
 
         threading.Thread(target=wait_for_run, daemon=True).start()
         while True:

@@ -143,7 +143,7 @@ def tick() -> dict[str, Any]:
 def dawdle() -> dict[str, Any]:
     """Succeeds after a moment."""
     PROBE.executed.append("dawdle")
-    time.sleep(0.15)
+    time.sleep(1.2)
     return {"dawdled": True}
 
 
@@ -221,7 +221,7 @@ TIME_CAPPED = _agent(
     "time_capped",
     "EndlessCallsModel",
     "engine_dawdle",
-    Policy(max_turns=50, max_tool_calls=50, time_budget_seconds=0.1),
+    Policy(max_turns=50, max_tool_calls=50, time_budget_seconds=1.0),
 )
 UNCAPPED = _agent(
     "uncapped", "EndlessCallsModel", "engine_tick", Policy(max_turns=50, max_tool_calls=50)

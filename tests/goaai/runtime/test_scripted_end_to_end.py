@@ -20,7 +20,6 @@ from goaai.runtime import rt
 from goaai.runtime.agents import ASSISTANT
 from goaai.runtime.models.scripted import HELP_TEXT
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
-from memory_app.models import MemoryEntry, WriterKind
 from runs_app.models import Run, RunEvent, ToolCall
 
 E = EventType
@@ -71,8 +70,10 @@ class Rule:
     events: list[EventType] = field(default_factory=list)
     # Messages sent earlier in the same session.
     before: tuple[str, ...] = ()
-    # What ``rt.get_memory`` finds for these keys afterwards (None: nothing).
-    memory: dict[str, Any] = field(default_factory=dict)
+    # What ``rt.get_memory`` finds for these keys afterwards: (value, scope), or None.
+    memory: dict[str, tuple[Any, str] | None] = field(default_factory=dict)
+    # What the model's instructions say it remembers when the run starts.
+    remembered: str = ""
 
 
 RULES = {
@@ -83,7 +84,7 @@ RULES = {
         result={"key": "favourite colour", "value": "green", "scope": "session", "version": 1},
         answer="Got it. I'll remember in this conversation that your favourite colour is green.",
         events=one_tool_call(E.TOOL_CALL_SUCCEEDED, memory=E.MEMORY_STORED),
-        memory={"favourite colour": "green"},
+        memory={"favourite colour": ("green", "session")},
     ),
     "remember again updates the fact": Rule(
         before=("remember my favourite colour is green",),
@@ -93,7 +94,8 @@ RULES = {
         result={"key": "favourite colour", "value": "blue", "scope": "session", "version": 2},
         answer="Got it. I'll remember in this conversation that your favourite colour is blue.",
         events=one_tool_call(E.TOOL_CALL_SUCCEEDED, memory=E.MEMORY_STORED),
-        memory={"favourite colour": "blue"},
+        memory={"favourite colour": ("blue", "session")},
+        remembered="- favourite colour: green (session)",
     ),
     "always remember is for every conversation": Rule(
         prompt="always remember my name is Ada",
@@ -102,7 +104,7 @@ RULES = {
         result={"key": "name", "value": "Ada", "scope": "user", "version": 1},
         answer="Got it. I'll remember in every conversation that your name is Ada.",
         events=one_tool_call(E.TOOL_CALL_SUCCEEDED, memory=E.MEMORY_STORED),
-        memory={"name": "Ada"},
+        memory={"name": ("Ada", "user")},
     ),
     "an incomplete remember explains itself": Rule(
         prompt="remember this",
@@ -118,7 +120,8 @@ RULES = {
         result={"key": "name", "found": True, "value": "Ada", "scope": "user"},
         answer="Your name is Ada.",
         events=one_tool_call(E.TOOL_CALL_SUCCEEDED),
-        memory={"name": "Ada"},
+        memory={"name": ("Ada", "user")},
+        remembered="- name: Ada (user)",
     ),
     "recall a fact not found": Rule(
         prompt="what is my shoe size?",
@@ -138,6 +141,7 @@ RULES = {
         answer="Done. I've forgotten your favourite colour.",
         events=one_tool_call(E.TOOL_CALL_SUCCEEDED, memory=E.MEMORY_DELETED),
         memory={"favourite colour": None},
+        remembered="- favourite colour: green (session)",
     ),
     "forget a fact never told": Rule(
         prompt="forget my shoe size",
@@ -252,6 +256,10 @@ def test_scripted_rule_end_to_end(inline_runtime, owner, fixed_clock, rule):
     system, *conversation = first.request_messages
     assert system["role"] == "system"
     assert system["content"].startswith(ASSISTANT.system_prompt)
+    if rule.remembered:
+        assert rule.remembered in system["content"].splitlines()
+    else:
+        assert "What you remember" not in system["content"]
     assert _content(conversation) == [*history, ("user", rule.prompt)]
     if not rule.tool:
         assert (first.response_text, first.response_tool_calls) == (rule.answer, [])
@@ -293,56 +301,12 @@ def test_scripted_rule_end_to_end(inline_runtime, owner, fixed_clock, rule):
         assert call.ended_at is not None
 
     # What the agent remembers now.
-    for key, value in rule.memory.items():
+    for key, expected in rule.memory.items():
         found = rt.get_memory(key, session=session.id)
-        assert (found.value if found else None) == value
+        assert ((found.value, found.scope) if found else None) == expected
 
     # The run's own events, in order.
     assert (
         list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
         == rule.events
     )
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_remembered_fact_is_written_by_the_run_and_its_tool_call(inline_runtime, owner):
-    session = rt.create_session(owner=owner)
-
-    info = rt.run("assistant", "remember my favourite colour is green", session=session.id)
-
-    entry = MemoryEntry.objects.get()
-    call = ToolCall.objects.get(run_id=info.id)
-    assert (entry.scope, entry.session_id, entry.user_id) == ("session", session.id, None)
-    assert (entry.written_by_kind, entry.written_by_run_id, entry.written_by_tool_call_id) == (
-        WriterKind.RUN,
-        info.id,
-        call.id,
-    )
-
-
-@pytest.mark.django_db(transaction=True)
-def test_always_remember_belongs_to_the_user_not_the_session(inline_runtime, owner):
-    session = rt.create_session(owner=owner)
-
-    rt.run("assistant", "always remember my name is Ada", session=session.id)
-
-    entry = MemoryEntry.objects.get()
-    assert (entry.scope, entry.user_id, entry.session_id, entry.value) == (
-        "user",
-        owner.pk,
-        None,
-        "Ada",
-    )
-    assert rt.get_memory("name", scope="session", session=session.id) is None
-
-
-@pytest.mark.django_db(transaction=True)
-def test_what_the_agent_remembers_is_in_its_instructions_for_the_next_run(inline_runtime, owner):
-    session = rt.create_session(owner=owner)
-    rt.run("assistant", "remember my favourite colour is green", session=session.id)
-
-    info = rt.run("assistant", "echo hi", session=session.id)
-
-    first = Run.objects.get(pk=info.id).turns.get(index=0)
-    system = first.request_messages[0]["content"]
-    assert "- favourite colour: green (session)" in system
