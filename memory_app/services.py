@@ -79,6 +79,10 @@ def _clean_key(key: str) -> str:
     return cleaned
 
 
+class _Raced(MemoryConflict):
+    """Another writer got in between this writer's read and its write."""
+
+
 def memory_store(
     *,
     key: str,
@@ -98,8 +102,49 @@ def memory_store(
     ``expected_version`` makes the write conditional: ``None`` writes whatever is
     there, ``0`` only creates, ``n`` only updates an entry still at version ``n``.
     A mismatch raises :class:`MemoryConflict` carrying the current entry, and
-    nothing is written.
+    nothing is written. An unconditional write that races another writer simply
+    tries again on top of what the other wrote (last write wins, both are kept as
+    revisions).
     """
+    raced: _Raced | None = None
+    for _ in range(3 if expected_version is None else 1):
+        try:
+            return _memory_store_once(
+                key=key,
+                value=value,
+                scope=scope,
+                session_id=session_id,
+                user_id=user_id,
+                agent=agent,
+                expected_version=expected_version,
+                expires_at=expires_at,
+                written_by_user_id=written_by_user_id,
+                written_by_run_id=written_by_run_id,
+                written_by_tool_call_id=written_by_tool_call_id,
+            )
+        except _Raced as lost:
+            raced = lost
+    raise MemoryConflict(
+        str(raced) if raced else f"The {scope} entry {key!r} kept changing concurrently.",
+        current=raced.current if raced else None,
+    )
+
+
+def _memory_store_once(
+    *,
+    key: str,
+    value: Any,
+    scope: str,
+    session_id: UUID | None = None,
+    user_id: int | None = None,
+    agent: str = "",
+    expected_version: int | None = None,
+    expires_at: dt.datetime | None = None,
+    written_by_user_id: int | None = None,
+    written_by_run_id: UUID | None = None,
+    written_by_tool_call_id: UUID | None = None,
+) -> MemoryEntry:
+    """One attempt of :func:`memory_store`; :class:`_Raced` if another writer won."""
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
     writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
@@ -127,7 +172,7 @@ def memory_store(
             except IntegrityError:
                 # Another writer created it between our read and our insert.
                 current = MemoryEntry.objects.filter(where, key=key).first()
-                raise MemoryConflict(
+                raise _Raced(
                     f"The {scope} entry {key!r} was created concurrently.", current=current
                 ) from None
             action = RevisionAction.CREATED
@@ -150,9 +195,7 @@ def memory_store(
             )
             if not updated:
                 current = MemoryEntry.objects.filter(pk=entry.pk).first()
-                raise MemoryConflict(
-                    f"The {scope} entry {key!r} changed concurrently.", current=current
-                )
+                raise _Raced(f"The {scope} entry {key!r} changed concurrently.", current=current)
             entry.refresh_from_db()
             action = RevisionAction.UPDATED
         _revise(entry, action, entry.version, writer)
