@@ -257,24 +257,6 @@ def memory_delete(
     return True
 
 
-def memory_delete_by_id(
-    *, entry_id: UUID, expected_version: int | None = None, written_by_user_id: int | None = None
-) -> bool:
-    """Delete one entry by id (the admin and the API address entries this way)."""
-    entry = MemoryEntry.objects.filter(pk=entry_id).first()
-    if entry is None:
-        return False
-    return memory_delete(
-        key=entry.key,
-        scope=entry.scope,
-        session_id=entry.session_id,
-        user_id=entry.user_id,
-        agent=entry.agent,
-        expected_version=expected_version,
-        written_by_user_id=written_by_user_id,
-    )
-
-
 def memory_purge_expired(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
     """Delete entries whose expiry has passed, each leaving a "deleted" revision by
     the system in its history; returns how many were purged."""

@@ -21,14 +21,6 @@ def run_get(*, run_id: UUID) -> Run:
         raise NotFound(f"No run {run_id}.") from None
 
 
-def run_with_steps(*, run_id: UUID) -> Run:
-    """A run with its turns and their tool calls loaded in three queries."""
-    try:
-        return Run.objects.prefetch_related("turns__tool_calls").get(pk=run_id)
-    except Run.DoesNotExist:
-        raise NotFound(f"No run {run_id}.") from None
-
-
 def session_history(*, session_id: UUID, before: Run) -> list[tuple[str, str]]:
     """The (user input, final answer) pairs of the session's earlier top-level runs
     that produced an answer, oldest first: the context a new run continues from."""

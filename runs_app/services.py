@@ -9,8 +9,6 @@ the target, so two writers racing (a cancel and a completion, say) cannot both w
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -40,12 +38,6 @@ _TURNS = Turn._meta.db_table
 _CALLS = ToolCall._meta.db_table
 _INDEX = '"index"'  # a reserved word on both databases
 _RUN_FIELDS = {f.name: f for f in Run._meta.concrete_fields}
-
-
-def request_fingerprint(payload: dict[str, Any]) -> str:
-    """A stable digest of a run-creation request, to tell replays from conflicts."""
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _session_of_run(run_id: UUID) -> UUID:
