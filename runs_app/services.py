@@ -83,10 +83,13 @@ def run_create(
     ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
     as a ``policy.decision`` event of the new run.
     """
-    with recording(session_id) as batch:
+    with recording(session_id, expect=1 + len(policy_decisions or []), fast=True) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
-        run = Run(
+        now = timezone.now()
+        run = lean.create(
+            batch.cursor,
+            Run,
             id=uuid.uuid4(),
             session_id=session_id,
             agent=agent,
@@ -99,9 +102,9 @@ def run_create(
             parent_tool_call_id=parent_tool_call_id,
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint,
+            created_at=now,
+            updated_at=now,
         )
-        run.created_at = run.updated_at = timezone.now()
-        _insert(batch, run)
         batch.add(
             EventType.RUN_CREATED,
             {
@@ -125,19 +128,6 @@ def run_create(
                 run_id=parent_run_id,
             )
     return run
-
-
-def _insert(batch: EventBatch, obj: Run) -> None:
-    """INSERT one run, every column, in the batch's transaction."""
-    fields = Run._meta.concrete_fields
-    marks = ", ".join("%j" if f.get_internal_type() == "JSONField" else "%s" for f in fields)
-    lean.execute(
-        batch.cursor,
-        f"INSERT INTO {_RUNS} ({lean.columns(Run)}) VALUES ({marks})",
-        [getattr(obj, f.attname) for f in fields],
-    )
-    obj._state.adding = False
-    obj._state.db = connection.alias
 
 
 def _str(value: object) -> str | None:
@@ -236,7 +226,7 @@ def _usage(run: Run) -> dict[str, int]:
 
 def run_complete(*, run_id: UUID, output: str, session_id: UUID | None = None) -> Run:
     """``running`` → ``completed`` with the final answer."""
-    with recording(session_id or _session_of_run(run_id), expect=1) as batch:
+    with recording(session_id or _session_of_run(run_id), expect=1, fast=True) as batch:
         run = _run_end(batch, run_id, RunStatus.COMPLETED, output=output)
         batch.add(
             RUN_END_EVENTS[RunStatus.COMPLETED],
@@ -534,7 +524,7 @@ def run_claim(
     """
     now = timezone.now()
     expires = now + dt.timedelta(seconds=lease_seconds)
-    with recording(session_id or _session_of_run(run_id), expect=1) as batch:
+    with recording(session_id or _session_of_run(run_id), expect=1, fast=True) as batch:
         try:
             run = _transition(
                 batch,
@@ -601,22 +591,17 @@ def turn_start(
 ) -> Turn:
     """Record that a turn began with these messages sent to the model."""
     session_id = session_id or _session_of_run(run_id)
-    turn = Turn(
-        id=uuid.uuid4(),
-        run_id=run_id,
-        index=index,
-        model=model,
-        request_messages=request_messages,
-        started_at=timezone.now(),
-    )
-    with recording(session_id, expect=1) as batch:
+    with recording(session_id, expect=1, fast=True) as batch:
         try:
-            lean.execute(
+            turn = lean.create(
                 batch.cursor,
-                f"INSERT INTO {_TURNS} (id, run_id, {_INDEX}, model, request_messages, "
-                "response_text, response_tool_calls, input_tokens, output_tokens, started_at) "
-                "VALUES (%s, %s, %s, %s, %j, '', %j, 0, 0, %s)",
-                [turn.id, run_id, index, model, request_messages, [], turn.started_at],
+                Turn,
+                id=uuid.uuid4(),
+                run_id=run_id,
+                index=index,
+                model=model,
+                request_messages=request_messages,
+                started_at=timezone.now(),
             )
         except IntegrityError as exc:
             raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}") from exc
@@ -686,7 +671,7 @@ def turn_complete(
 ) -> None:
     """Record the model's reply to a turn and add its token usage to the run's."""
     run_id, session_id, index, current_model = keys or _turn_keys(turn_id)
-    with recording(session_id, expect=3 if text else 2) as batch:
+    with recording(session_id, expect=3 if text else 2, fast=True) as batch:
         lean.execute(
             batch.cursor,
             f"UPDATE {_TURNS} SET response_text = %s, response_tool_calls = %j, "
@@ -762,43 +747,23 @@ def tool_call_schedule(
     if run_id is None or session_id is None:
         run_id, session_id, _, _ = _turn_keys(turn_id)
     now = timezone.now()
-    call = ToolCall(
-        id=uuid.uuid4(),
-        run_id=run_id,
-        turn_id=turn_id,
-        session_id=session_id,
-        call_id=call_id,
-        index=index,
-        name=name,
-        arguments=arguments,
-        requires_approval=requires_approval,
-        status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
-        attempt=1 if start else 0,
-        created_at=now,
-        started_at=now if start else None,
-    )
-    with recording(session_id, expect=2 if requires_approval or start else 1) as batch:
-        lean.execute(
+    with recording(session_id, expect=2 if requires_approval or start else 1, fast=True) as batch:
+        call = lean.create(
             batch.cursor,
-            f"INSERT INTO {_CALLS} (id, run_id, turn_id, session_id, call_id, {_INDEX}, name, "
-            "arguments, status, error_kind, error_message, requires_approval, decision, "
-            "decision_reason, attempt, created_at, started_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %j, %s, '', '', %s, '', '', %s, %s, %s)",
-            [
-                call.id,
-                run_id,
-                turn_id,
-                session_id,
-                call_id,
-                index,
-                name,
-                arguments,
-                call.status,
-                requires_approval,
-                call.attempt,
-                call.created_at,
-                call.started_at,
-            ],
+            ToolCall,
+            id=uuid.uuid4(),
+            run_id=run_id,
+            turn_id=turn_id,
+            session_id=session_id,
+            call_id=call_id,
+            index=index,
+            name=name,
+            arguments=arguments,
+            requires_approval=requires_approval,
+            status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
+            attempt=1 if start else 0,
+            created_at=now,
+            started_at=now if start else None,
         )
         batch.add(
             EventType.TOOL_CALL_SCHEDULED,
@@ -851,7 +816,7 @@ def tool_call_begin(
     """A scheduled call starts executing (or an interrupted one starts again) at
     ``now``; returns its attempt number."""
     run_id, session_id, name, _ = keys or _tool_call_keys(tool_call_id)
-    with recording(session_id, expect=1) as batch:
+    with recording(session_id, expect=1, fast=True) as batch:
         row = lean.execute(
             batch.cursor,
             f"UPDATE {_CALLS} SET status = %s, attempt = attempt + 1, started_at = %s "
@@ -909,7 +874,7 @@ def tool_call_finish(
     """Record how a running tool call ended: its result, or its error."""
     run_id, session_id, name, started = keys or _tool_call_keys(tool_call_id)
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
-    with recording(session_id, expect=1) as batch:
+    with recording(session_id, expect=1, fast=True) as batch:
         now = timezone.now()
         duration = int((now - started).total_seconds() * 1000) if started else None
         updated = lean.execute(
