@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from uuid import UUID
@@ -63,38 +63,60 @@ def cursor() -> Iterator[Any]:
         raw.close()
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _sqlite_datetime(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+
+
+# How each type is passed to the driver, the way Django stores it; looked up by exact
+# type first, since this runs for every value of every statement.
+_ADAPTERS: dict[bool, dict[type, Callable[[Any], Any]]] = {
+    True: {UUID: lambda v: v.hex, dt.datetime: _sqlite_datetime, dict: _json, list: _json},
+    False: {dict: _json, list: _json},
+}
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def adapt(value: Any, *, sqlite: bool) -> Any:
-    if type(value) in _PLAIN:
-        # Most values; str subclasses (the status enums) pass through below.
+    kind = type(value)
+    if kind in _PLAIN:
         return value
+    convert = _ADAPTERS[sqlite].get(kind)
+    if convert is not None:
+        return convert(value)
+    # Subclasses (status enums are str subclasses, JSON may hold dict subclasses).
     if isinstance(value, dict | list):
-        return json.dumps(value, default=str)
-    if not sqlite:
-        return value
-    if isinstance(value, UUID):
+        return _json(value)
+    if sqlite and isinstance(value, UUID):
         return value.hex
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+    if sqlite and isinstance(value, dt.datetime):
+        return _sqlite_datetime(value)
     return value
 
 
+@functools.cache
+def vendor() -> str:
+    """The database vendor; one database per process, so asked once."""
+    return str(connection.vendor)
+
+
 def execute(cursor: Any, template: str, values: Sequence[Any]) -> Any:
-    vendor = connection.vendor
-    sqlite = vendor == "sqlite"
+    name = vendor()
+    sqlite = name == "sqlite"
     statements.count += 1
-    cursor.execute(_sql(vendor, template), [adapt(v, sqlite=sqlite) for v in values])
+    cursor.execute(_sql(name, template), [adapt(v, sqlite=sqlite) for v in values])
     return cursor
 
 
 def executemany(cursor: Any, template: str, rows: Sequence[Sequence[Any]]) -> None:
-    vendor = connection.vendor
-    sqlite = vendor == "sqlite"
+    name = vendor()
+    sqlite = name == "sqlite"
     statements.count += 1
     cursor.executemany(
-        _sql(vendor, template), [[adapt(v, sqlite=sqlite) for v in row] for row in rows]
+        _sql(name, template), [[adapt(v, sqlite=sqlite) for v in row] for row in rows]
     )
 
 
