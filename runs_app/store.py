@@ -197,6 +197,7 @@ class OrmRunStore:
             policy_decisions=policy_decisions,
             created_by_id=created_by_id,
         )
+        self._keys.put("run", run.id, run.session_id)
         return run_info(run)
 
     def get_run(self, run_id: UUID) -> RunInfo:
@@ -248,7 +249,12 @@ class OrmRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+        claim = services.run_claim(
+            run_id=run_id,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            session_id=self._keys.get("run", run_id),
+        )
         if claim is None:
             return None
         run, fresh = claim
