@@ -172,7 +172,9 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
 
         # Server-side binding, so that PostgreSQL plans the statement once.
         with psycopg.Cursor(raw) as cursor:
-            row = cursor.execute(_resolve_sql(vendor), params, prepare=True).fetchone()
+            # Prepared once the connection's threshold is reached (never, with
+            # DATABASE_PREPARED=0).
+            row = cursor.execute(_resolve_sql(vendor), params).fetchone()
     if row is not None:
         return _record(vendor, row)
     if not Session.objects.filter(pk=session_id).exists():
@@ -223,7 +225,7 @@ def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str,
         f"scope = 'global' AND {live}",
     ]
     branches = [
-        branch.format(rank=rank) + f" WHERE {condition} LIMIT %s) AS scope{rank}"
+        branch.format(rank=rank) + f" WHERE {condition} ORDER BY key LIMIT %s) AS scope{rank}"
         for rank, condition in enumerate(where)
     ]
     now = timezone.now()
@@ -236,4 +238,9 @@ def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str,
             [session_id, now, limit, owner_id, now, limit, agent, now, limit, now, limit],
         ).fetchall()
     rows.sort(key=lambda row: (row[0], row[2]))
-    return [(scope, key, lean.json_of(value)) for _, scope, key, value in rows[:limit]]
+    facts: dict[str, tuple[str, str, Any]] = {}
+    for _, scope, key, value in rows:
+        # A key set in a more specific scope hides the same key further out, as
+        # resolution does: the run is told only the value it would read.
+        facts.setdefault(key, (scope, key, lean.json_of(value)))
+    return list(facts.values())[:limit]

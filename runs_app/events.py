@@ -162,15 +162,19 @@ def _own_transaction(cursor: Any, session_id: UUID, expect: int) -> Iterator[Eve
     # The same isolation Django's atomic gives: SQLite takes its write lock at once
     # (as the IMMEDIATE transaction mode of the settings does), PostgreSQL reads
     # committed.
-    cursor.execute("BEGIN IMMEDIATE" if connection.vendor == "sqlite" else "BEGIN")
+    lean.command(cursor, "BEGIN IMMEDIATE" if lean.vendor() == "sqlite" else "BEGIN")
     try:
         batch = _open(cursor, session_id, expect)
         batch.after_commit = []
         yield batch
         batch.flush()
-        cursor.execute("COMMIT")
+        lean.command(cursor, "COMMIT")
     except BaseException:
-        cursor.execute("ROLLBACK")
+        try:
+            lean.command(cursor, "ROLLBACK")
+        except Exception:
+            # The original error says more than a failed rollback on a broken link.
+            logger.exception("Rolling back a step of session %s failed", session_id)
         raise
     for callback in batch.after_commit:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -103,11 +104,29 @@ def vendor() -> str:
     return str(connection.vendor)
 
 
+@functools.cache
+def _json_positions(template: str) -> tuple[bool, ...]:
+    """For each placeholder of ``template`` in order, whether it takes JSON."""
+    return tuple(mark == "%j" for mark in re.findall(r"%[sj]", template))
+
+
+def _values(template: str, values: Sequence[Any], sqlite: bool) -> list[Any]:
+    # A JSON placeholder always gets JSON text, as the ORM's JSONField sends it: a
+    # str, a number or True is a JSON value too ("hello" is stored as "\"hello\"").
+    # None stays SQL NULL.
+    return [
+        (None if value is None else _json(value)) if is_json else adapt(value, sqlite=sqlite)
+        for is_json, value in zip(_json_positions(template), values, strict=True)
+    ]
+
+
 def execute(cursor: Any, template: str, values: Sequence[Any]) -> Any:
     name = vendor()
-    sqlite = name == "sqlite"
     statements.count += 1
-    cursor.execute(_sql(name, template), [adapt(v, sqlite=sqlite) for v in values])
+    # Driver errors become Django's (IntegrityError, OperationalError, ...), as with
+    # the ORM, so callers catch one family of exceptions.
+    with connection.wrap_database_errors:
+        cursor.execute(_sql(name, template), _values(template, values, name == "sqlite"))
     return cursor
 
 
@@ -115,9 +134,14 @@ def executemany(cursor: Any, template: str, rows: Sequence[Sequence[Any]]) -> No
     name = vendor()
     sqlite = name == "sqlite"
     statements.count += 1
-    cursor.executemany(
-        _sql(name, template), [[adapt(v, sqlite=sqlite) for v in row] for row in rows]
-    )
+    with connection.wrap_database_errors:
+        cursor.executemany(_sql(name, template), [_values(template, row, sqlite) for row in rows])
+
+
+def command(cursor: Any, sql: str) -> None:
+    """A transaction-control statement (BEGIN, COMMIT, ROLLBACK) on the driver."""
+    with connection.wrap_database_errors:
+        cursor.execute(sql)
 
 
 def uuid_of(value: Any) -> UUID:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import IntegrityError, connection
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
@@ -544,9 +544,13 @@ def run_claim(
         run = Run.objects.filter(pk=run_id).first()
         if run is None or run.status != RunStatus.RUNNING or _lease_live(run):
             return None
-        taken = Run.objects.filter(
-            pk=run_id, status=RunStatus.RUNNING, lease_owner=run.lease_owner
-        ).update(lease_owner=owner, lease_expires_at=expires)
+        # Compare-and-set on the lease as it was seen expired: if its holder renewed
+        # it in the meantime, the takeover fails instead of two workers running it.
+        taken = (
+            Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_owner=run.lease_owner)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+            .update(lease_owner=owner, lease_expires_at=expires)
+        )
         if not taken:
             return None
         if run.lease_owner:

@@ -25,13 +25,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry
-from goaai.runtime.errors import GoaaiError, ModelError
+from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
 from goaai.runtime.policy import Policy
 from goaai.runtime.store import RunStore
@@ -55,8 +53,6 @@ logger = logging.getLogger(__name__)
 DeltaPublisher = Callable[[RunContext, UUID, str], None]
 ChildRunner = Callable[[UUID], RunInfo | None]
 
-# Tools run here, so that a tool that hangs can be abandoned at its timeout.
-_TOOL_THREADS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="goaai-tool")
 _FINAL_CALL_STATUSES = {
     ToolCallStatus.SUCCEEDED,
     ToolCallStatus.FAILED,
@@ -115,6 +111,7 @@ class _LeaseKeeper:
         self._thread.join(timeout=5)
 
     def _renew(self) -> None:
+        renewed = time.monotonic()
         with self.store.worker():
             while not self._stop.wait(self.seconds / 3):
                 try:
@@ -123,8 +120,14 @@ class _LeaseKeeper:
                     ):
                         self.lost.set()
                         return
+                    renewed = time.monotonic()
                 except Exception:
                     logger.exception("Renewing the lease of run %s failed", self.run_id)
+                    if time.monotonic() - renewed > self.seconds:
+                        # Unrenewed this long, the lease has expired: another worker
+                        # may take the run, so this one must stop touching it.
+                        self.lost.set()
+                        return
 
     def check(self) -> None:
         if self.lost.is_set():
@@ -184,24 +187,32 @@ class TurnLoop:
             logger.warning("Run %s was taken over by another worker; this one stops", run_id)
             return None
         except _Stop as stop:
+            if lease.lost.is_set():
+                return None
             if stop.rule:
                 self.store.policy_decision(
                     run_id=run_id, rule=stop.rule, verdict="stop", reason=stop.reason
                 )
-            return self.store.finish_run(run_id=run_id, status=stop.status, error=stop.error)
+            return self._finish(run_id, stop.status, stop.error)
         except ModelError as exc:
-            return self.store.finish_run(
-                run_id=run_id,
-                status=RunStatus.FAILED,
-                error=RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable),
-            )
+            if lease.lost.is_set():
+                return None
+            error = RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable)
+            return self._finish(run_id, RunStatus.FAILED, error)
         except Exception as exc:
             logger.exception("Run %s crashed", run_id)
-            return self.store.finish_run(
-                run_id=run_id,
-                status=RunStatus.FAILED,
-                error=RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}"),
-            )
+            if lease.lost.is_set():
+                # Another worker holds the run now; failing it would undo its work.
+                return None
+            error = RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+            return self._finish(run_id, RunStatus.FAILED, error)
+
+    def _finish(self, run_id: UUID, status: RunStatus, error: RunError | None) -> RunInfo:
+        """End the run, unless it already ended (a cancel that took effect at once)."""
+        try:
+            return self.store.finish_run(run_id=run_id, status=status, error=error)
+        except IllegalTransition:
+            return self.store.get_run(run_id)
 
     # The conversation
 
@@ -455,16 +466,31 @@ class TurnLoop:
 
         if found.timeout_seconds is None:
             return invoke()
-        future = _TOOL_THREADS.submit(invoke)
-        try:
-            return future.result(timeout=found.timeout_seconds)
-        except FutureTimeout:
+        # A thread of its own, so that the time limit counts from the moment the tool
+        # starts, and a tool that hangs is abandoned without holding up the run (a
+        # Python thread cannot be killed; the hung tool's thread ends when it does).
+        outcome: list[ToolOutcome] = []
+        failure: list[BaseException] = []
+
+        def run_tool() -> None:
+            try:
+                outcome.append(invoke())
+            except BaseException as exc:
+                failure.append(exc)
+
+        worker = threading.Thread(target=run_tool, name=f"goaai-tool-{found.name}", daemon=True)
+        worker.start()
+        worker.join(found.timeout_seconds)
+        if worker.is_alive():
             return ToolOutcome(
                 error_kind=ErrorKind.TIMEOUT,
                 error_message=f"{found.name} did not finish within {found.timeout_seconds:g}s.",
             )
-        except GoaaiError as exc:
-            return ToolOutcome(error_kind=ErrorKind.INTERNAL, error_message=str(exc))
+        if failure:
+            if isinstance(failure[0], GoaaiError):
+                return ToolOutcome(error_kind=ErrorKind.INTERNAL, error_message=str(failure[0]))
+            raise failure[0]
+        return outcome[0]
 
     def _child_caller(
         self, context: RunContext, tool_call_id: UUID

@@ -196,3 +196,20 @@ def test_a_session_created_after_its_id_was_looked_up_is_found(owner):
     _store(MemoryScope.SESSION, "green", session_id=session.id)
 
     assert _resolved(session) == "green"
+
+
+@pytest.mark.django_db
+def test_the_facts_a_run_starts_with_show_only_the_value_it_would_read():
+    from memory_app.selectors import memory_context, memory_resolve_record
+    from memory_app.services import memory_store
+    from tests.factories import SessionFactory
+
+    session = SessionFactory()
+    memory_store(key="colour", value="blue", scope="user", user_id=session.owner_id)
+    memory_store(key="colour", value="red", scope="session", session_id=session.id)
+    memory_store(key="pet", value="cat", scope="user", user_id=session.owner_id)
+
+    facts = memory_context(session_id=session.id)
+
+    assert facts == [("session", "colour", "red"), ("user", "pet", "cat")]
+    assert memory_resolve_record(key="colour", session_id=session.id).value == "red"
