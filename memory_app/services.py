@@ -106,113 +106,90 @@ def memory_store(
     tries again on top of what the other wrote (last write wins, both are kept as
     revisions).
     """
-    raced: _Raced | None = None
-    for _ in range(3 if expected_version is None else 1):
-        try:
-            return _memory_store_once(
-                key=key,
-                value=value,
-                scope=scope,
-                session_id=session_id,
-                user_id=user_id,
-                agent=agent,
-                expected_version=expected_version,
-                expires_at=expires_at,
-                written_by_user_id=written_by_user_id,
-                written_by_run_id=written_by_run_id,
-                written_by_tool_call_id=written_by_tool_call_id,
-            )
-        except _Raced as lost:
-            raced = lost
-    raise MemoryConflict(
-        str(raced) if raced else f"The {scope} entry {key!r} kept changing concurrently.",
-        current=raced.current if raced else None,
-    )
-
-
-def _memory_store_once(
-    *,
-    key: str,
-    value: Any,
-    scope: str,
-    session_id: UUID | None = None,
-    user_id: int | None = None,
-    agent: str = "",
-    expected_version: int | None = None,
-    expires_at: dt.datetime | None = None,
-    written_by_user_id: int | None = None,
-    written_by_run_id: UUID | None = None,
-    written_by_tool_call_id: UUID | None = None,
-) -> MemoryEntry:
-    """One attempt of :func:`memory_store`; :class:`_Raced` if another writer won."""
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
     writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
-    with _transaction(_event_session(session_id, written_by_run_id)) as batch:
-        entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
-        if entry is None:
-            if expected_version not in (None, 0):
-                raise MemoryConflict(f"No {scope} entry {key!r} exists to update.", current=None)
-            try:
-                with transaction.atomic():
-                    entry = MemoryEntry.objects.create(
-                        key=key,
+    raced: _Raced | None = None
+    for _ in range(3 if expected_version is None else 1):
+        try:
+            with _transaction(_event_session(session_id, written_by_run_id)) as batch:
+                entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+                if entry is None:
+                    if expected_version not in (None, 0):
+                        raise MemoryConflict(
+                            f"No {scope} entry {key!r} exists to update.", current=None
+                        )
+                    try:
+                        with transaction.atomic():
+                            entry = MemoryEntry.objects.create(
+                                key=key,
+                                value=value,
+                                scope=scope,
+                                session_id=session_id,
+                                user_id=user_id,
+                                agent=agent,
+                                version=1,
+                                expires_at=expires_at,
+                                written_by_kind=writer["kind"],
+                                written_by_user_id=writer["user_id"],
+                                written_by_run_id=writer["run_id"],
+                                written_by_tool_call_id=writer["tool_call_id"],
+                            )
+                    except IntegrityError:
+                        # Another writer created it between our read and our insert.
+                        current = MemoryEntry.objects.filter(where, key=key).first()
+                        raise _Raced(
+                            f"The {scope} entry {key!r} was created concurrently.", current=current
+                        ) from None
+                    action = RevisionAction.CREATED
+                else:
+                    if expected_version is not None and expected_version != entry.version:
+                        raise MemoryConflict(
+                            f"The {scope} entry {key!r} is at version {entry.version}, "
+                            f"not {expected_version}.",
+                            current=entry,
+                        )
+                    updated = MemoryEntry.objects.filter(pk=entry.pk, version=entry.version).update(
                         value=value,
-                        scope=scope,
-                        session_id=session_id,
-                        user_id=user_id,
-                        agent=agent,
-                        version=1,
+                        version=F("version") + 1,
                         expires_at=expires_at,
                         written_by_kind=writer["kind"],
                         written_by_user_id=writer["user_id"],
                         written_by_run_id=writer["run_id"],
                         written_by_tool_call_id=writer["tool_call_id"],
+                        updated_at=timezone.now(),
                     )
-            except IntegrityError:
-                # Another writer created it between our read and our insert.
-                current = MemoryEntry.objects.filter(where, key=key).first()
-                raise _Raced(
-                    f"The {scope} entry {key!r} was created concurrently.", current=current
-                ) from None
-            action = RevisionAction.CREATED
-        else:
-            if expected_version is not None and expected_version != entry.version:
-                raise MemoryConflict(
-                    f"The {scope} entry {key!r} is at version {entry.version}, "
-                    f"not {expected_version}.",
-                    current=entry,
-                )
-            updated = MemoryEntry.objects.filter(pk=entry.pk, version=entry.version).update(
-                value=value,
-                version=F("version") + 1,
-                expires_at=expires_at,
-                written_by_kind=writer["kind"],
-                written_by_user_id=writer["user_id"],
-                written_by_run_id=writer["run_id"],
-                written_by_tool_call_id=writer["tool_call_id"],
-                updated_at=timezone.now(),
-            )
-            if not updated:
-                current = MemoryEntry.objects.filter(pk=entry.pk).first()
-                raise _Raced(f"The {scope} entry {key!r} changed concurrently.", current=current)
-            entry.refresh_from_db()
-            action = RevisionAction.UPDATED
-        _revise(entry, action, entry.version, writer)
-        if batch is not None:
-            batch.add(
-                EventType.MEMORY_STORED,
-                {
-                    "entry": str(entry.pk),
-                    "key": key,
-                    "scope": scope,
-                    "version": entry.version,
-                    "action": action,
-                    "written_by": {k: _str(v) for k, v in writer.items()},
-                },
-                run_id=written_by_run_id,
-            )
-    return entry
+                    if not updated:
+                        current = MemoryEntry.objects.filter(pk=entry.pk).first()
+                        raise _Raced(
+                            f"The {scope} entry {key!r} changed concurrently.", current=current
+                        )
+                    entry.refresh_from_db()
+                    action = RevisionAction.UPDATED
+                _revise(entry, action, entry.version, writer)
+                if batch is not None:
+                    batch.add(
+                        EventType.MEMORY_STORED,
+                        {
+                            "entry": str(entry.pk),
+                            "key": key,
+                            "scope": scope,
+                            "version": entry.version,
+                            "action": action,
+                            "written_by": {k: _str(v) for k, v in writer.items()},
+                        },
+                        run_id=written_by_run_id,
+                    )
+        except _Raced as lost:
+            # Only an unconditional write gets here twice: it tries again on
+            # top of what the other writer wrote (both are kept as revisions).
+            raced = lost
+            continue
+        return entry
+    raise MemoryConflict(
+        str(raced) if raced else f"The {scope} entry {key!r} kept changing concurrently.",
+        current=raced.current if raced else None,
+    )
 
 
 def _str(value: Any) -> Any:
