@@ -80,7 +80,7 @@ _RESOLVE_COLUMNS = (
 
 @functools.cache
 def _resolve_sql(vendor: str) -> str:
-    """One statement, four index probes: each branch reads one scope through that
+    """One statement, up to four index probes: each reads one scope through that
     scope's unique (owner, key) index, and the most specific live entry wins. (An OR
     of the four conditions would defeat those indexes and scan every row of the key.)
     """
@@ -98,21 +98,24 @@ def _resolve_sql(vendor: str) -> str:
         f"scope = 'agent' AND agent = {agent} AND key = %(key)s AND {live}",
         f"scope = 'global' AND key = %(key)s AND {live} AND {exists}",
     ]
-    columns = _RESOLVE_COLUMNS
     if vendor == "sqlite":
-        # As text, the timestamps skip the driver's slow generic converter.
-        columns = columns.replace(
+        # SQLite evaluates COALESCE lazily: the scopes are probed in order and the
+        # first hit ends the search, in one statement. (As text, the timestamps skip
+        # the driver's slow generic converter.)
+        columns = _RESOLVE_COLUMNS.replace(
             "updated_at, expires_at",
             "CAST(updated_at AS TEXT) AS updated_at, CAST(expires_at AS TEXT) AS expires_at",
         )
+        probes = ",\n".join(f"(SELECT rowid FROM {table} WHERE {where})" for where in branches)
+        sql = f"SELECT {columns} FROM {table} WHERE rowid = COALESCE({probes})"
+        for name in ("now", "session", "key"):
+            sql = sql.replace(f"%({name})s", f":{name}")
+        return sql
     union = " UNION ALL ".join(
-        f"SELECT {rank} AS rank, {columns} FROM {table} WHERE {where}"
+        f"SELECT {rank} AS rank, {_RESOLVE_COLUMNS} FROM {table} WHERE {where}"
         for rank, where in enumerate(branches)
     )
     sql = f"SELECT {_RESOLVE_COLUMNS} FROM ({union}) AS candidates ORDER BY rank LIMIT 1"
-    if vendor == "sqlite":
-        for name in ("now", "session", "key"):
-            sql = sql.replace(f"%({name})s", f":{name}")
     return sql
 
 
@@ -124,24 +127,24 @@ def _record(vendor: str, row: tuple[Any, ...]) -> MemoryRecord:
         updated = _sqlite_datetime(updated)
         expires = _sqlite_datetime(expires) if expires else None
     return MemoryRecord(
-        id=entry_id,
-        key=key,
-        value=json.loads(value) if isinstance(value, str | bytes) else value,
-        scope=scope,
-        session_id=session_id,
-        user_id=user_id,
-        agent=agent,
-        version=version,
-        updated_at=updated,
-        expires_at=expires,
+        entry_id,
+        key,
+        json.loads(value) if isinstance(value, str | bytes) else value,
+        scope,
+        session_id,
+        user_id,
+        agent,
+        version,
+        updated,
+        expires,
     )
 
 
 def _sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
-    # Django stores aware datetimes in SQLite as naive UTC; its connection may
-    # already have parsed the text.
-    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+    # Django stores aware datetimes in SQLite as naive UTC text.
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value + "+00:00")
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
 def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 
@@ -189,8 +189,9 @@ class RunContext:
     depth: int = 0
 
 
-@dataclass(frozen=True)
-class MemoryRecord:
+class MemoryRecord(NamedTuple):
+    """A memory entry as the runtime reads it (a named tuple: built on a hot path)."""
+
     id: UUID
     key: str
     value: Any
