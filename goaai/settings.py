@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "drf_standardized_errors",
     "channels",
     "sessions_app",
     "runs_app",
@@ -178,6 +180,71 @@ GOAAI_LABEL_RULES = env_json(
         {"name": "review_required", "match": {"review": "required"}, "approval_required": ["*"]},
     ],
 )
+
+# The REST API (goaai.api): session login for the browser, API tokens for integrations.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "goaai.api.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["goaai.api.parsers.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_standardized_errors.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "drf_standardized_errors.handler.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+DRF_STANDARDIZED_ERRORS = {
+    "EXCEPTION_HANDLER_CLASS": "goaai.api.errors.GoaaiExceptionHandler",
+    # Unexpected errors answer in the API's JSON shape even with DEBUG on.
+    "ENABLE_IN_DEBUG_FOR_UNHANDLED_EXCEPTIONS": True,
+}
+_ERROR_ENUMS = "drf_standardized_errors.openapi_serializers"
+SPECTACULAR_SETTINGS = {
+    "TITLE": "goaai API",
+    "DESCRIPTION": (
+        "Sessions, runs, turns, tool calls, events and memory of goaai's agents. "
+        "Authenticate with the browser session (with CSRF) or `Authorization: Bearer "
+        "<token>` (create tokens at /api/v1/auth/tokens/). Lists are cursor-paged; "
+        "every error has the same JSON shape."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "MemoryScopeEnum": "goaai.runtime.vocabulary.MEMORY_SCOPE_CHOICES",
+        "RunStatusEnum": "goaai.runtime.vocabulary.RUN_STATUS_CHOICES",
+        "ToolCallStatusEnum": "goaai.runtime.vocabulary.TOOL_CALL_STATUS_CHOICES",
+        "SessionStatusEnum": "sessions_app.models.SessionStatus",
+        "ValidationErrorEnum": f"{_ERROR_ENUMS}.ValidationErrorEnum.choices",
+        "ClientErrorEnum": f"{_ERROR_ENUMS}.ClientErrorEnum.choices",
+        "ServerErrorEnum": f"{_ERROR_ENUMS}.ServerErrorEnum.choices",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_standardized_errors.openapi_hooks.postprocess_schema_enums",
+    ],
+    "SECURITY": [{"bearerAuth": []}, {"cookieAuth": []}],
+}
+# The largest request body the API reads (a run's input is at most 32,000 characters).
+GOAAI_API_MAX_BODY_BYTES = env_int("GOAAI_API_MAX_BODY_BYTES", 256 * 1024)
+# Starting runs costs model tokens: limits per user (all credentials) and per token.
+GOAAI_THROTTLE_RATES = {
+    "run_create_user": env_str("GOAAI_RUN_RATE_PER_USER", "120/min"),
+    "run_create_token": env_str("GOAAI_RUN_RATE_PER_TOKEN", "60/min"),
+}
+# Throttle counters live in the cache: Redis when there is one, so that every server
+# process counts together; otherwise this process's memory.
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=True)

@@ -1,7 +1,7 @@
 """goaai's URL configuration."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 admin.site.site_header = "goaai operations"
@@ -10,5 +10,10 @@ admin.site.index_title = "Sessions, runs and memory"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("goaai.api.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
+
+# JSON errors in the API's shape for paths under /api/, Django's pages elsewhere.
+handler404 = "goaai.api.errors.api_not_found"
+handler500 = "goaai.api.errors.api_server_error"

@@ -75,3 +75,8 @@ def runs_without_worker(*, limit: int = 100, grace_seconds: float = 30.0) -> lis
         .values_list("id", flat=True)[:limit]
     )
     return list(rows)
+
+
+def run_for_idempotency_key(*, session_id: UUID, key: str) -> Run | None:
+    """The run created in the session with this ``Idempotency-Key``, if any."""
+    return Run.objects.filter(session_id=session_id, idempotency_key=key).first()

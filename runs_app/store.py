@@ -186,6 +186,8 @@ class OrmRunStore:
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
         created_by_id: int | None = None,
+        idempotency_key: str | None = None,
+        fingerprint: str = "",
     ) -> RunInfo:
         run = services.run_create(
             session_id=session_id,
@@ -196,6 +198,8 @@ class OrmRunStore:
             policy=policy,
             policy_decisions=policy_decisions,
             created_by_id=created_by_id,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
         )
         self._keys.put("run", run.id, run.session_id)
         return run_info(run)

@@ -62,3 +62,32 @@ class Session(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status == SessionStatus.ACTIVE
+
+
+class ApiToken(models.Model):
+    """A named credential an integration sends as ``Authorization: Bearer <token>``.
+
+    Only a SHA-256 digest of the token is stored: the token is shown once, when it
+    is created, and a copy of the database does not hand out working credentials.
+    A fast hash is enough because tokens are long random strings, not passwords.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    # The first characters of the token, kept in clear so a user can tell tokens apart.
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "-created_at"], name="apitoken_user_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.db.models import Q
+from django.utils import timezone
+
 from goaai.runtime.errors import NotFound
-from sessions_app.models import Session
+from sessions_app.models import ApiToken, Session
 
 _OWNERS: dict[UUID, tuple[int, str]] = {}
 _OWNERS_LIMIT = 8192
@@ -36,3 +39,13 @@ def session_get(*, session_id: UUID) -> Session:
         return Session.objects.get(pk=session_id)
     except Session.DoesNotExist:
         raise NotFound(f"No session {session_id}.") from None
+
+
+def api_token_active(*, digest: str) -> ApiToken | None:
+    """The live (not revoked, not expired) token with this digest, with its user."""
+    return (
+        ApiToken.objects.select_related("user")
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()), digest=digest)
+        .filter(revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )

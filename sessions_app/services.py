@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import secrets
 from typing import Any
 from uuid import UUID
 
@@ -13,7 +16,7 @@ from goaai.runtime.errors import NotFound
 from goaai.runtime.vocabulary import EventType
 from runs_app.events import recording
 from runs_app.services import runs_cancel_in_session
-from sessions_app.models import Session, SessionStatus
+from sessions_app.models import ApiToken, Session, SessionStatus
 
 MAX_TITLE_LENGTH = 200
 
@@ -78,3 +81,47 @@ def session_delete(*, session_id: UUID) -> None:
     deleted, _ = Session.objects.filter(pk=session_id).delete()
     if not deleted:
         raise NotFound(f"No session {session_id}.")
+
+
+# API tokens
+
+TOKEN_PREFIX = "goa_"  # noqa: S105 (a marker that makes leaked tokens easy to spot)
+
+
+def token_digest(raw: str) -> str:
+    """The stored form of a token."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_create(
+    *, user_id: int, name: str, expires_at: dt.datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Create a token for a user; returns it with the token itself, which is not
+    stored and cannot be shown again."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user_id=user_id,
+        name=name.strip()[:100],
+        prefix=raw[:12],
+        digest=token_digest(raw),
+        expires_at=expires_at,
+    )
+    return token, raw
+
+
+def api_token_revoke(*, token_id: UUID) -> ApiToken:
+    """Revoke a token: it stops working at once. The row stays, for audit."""
+    now = timezone.now()
+    ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now)
+    try:
+        return ApiToken.objects.get(pk=token_id)
+    except ApiToken.DoesNotExist:
+        raise NotFound(f"No token {token_id}.") from None
+
+
+def api_token_touch(*, token: ApiToken, now: dt.datetime) -> None:
+    """Note that a token was used, at most once a minute (a write per request would
+    make every API read a write)."""
+    if token.last_used_at is None or now - token.last_used_at > dt.timedelta(minutes=1):
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now

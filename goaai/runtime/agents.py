@@ -7,9 +7,13 @@ objects, which join the ones shipped here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from goaai.runtime.errors import UnknownAgent
 from goaai.runtime.policy import Policy
+
+if TYPE_CHECKING:
+    from goaai.runtime.tools.base import Tool
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,18 @@ class AgentRegistry:
 
     def all(self) -> list[Agent]:
         return sorted(self._agents.values(), key=lambda agent: agent.id)
+
+    def tools_of(self, agent: Agent) -> dict[str, Tool]:
+        """Every tool ``agent`` declares: its toolsets' tools and ``ask_<id>`` for each
+        agent it may call, by name (before a run's policy blocks any)."""
+        from goaai.runtime.tools import tools_for
+        from goaai.runtime.tools.agents import agent_tool
+
+        tools = tools_for(agent.toolsets)
+        for delegate in agent.delegates:
+            delegated = agent_tool(self.get(delegate))
+            tools[delegated.name] = delegated
+        return tools
 
 
 def default_registry(extra: list[str] | None = None) -> AgentRegistry:

@@ -235,8 +235,16 @@ class Runtime:
         labels: dict[str, str] | None = None,
         metadata: dict[str, Any] | None = None,
         created_by: Any = None,
+        idempotency_key: str | None = None,
+        fingerprint: str = "",
     ) -> RunHandle:
-        """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once."""
+        """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once.
+
+        ``idempotency_key`` is unique per session: a second run with the same key
+        is refused by the database (the caller looks up the first one; see the REST
+        API), and ``fingerprint`` records what the request said, to tell a replay
+        from a conflicting reuse of the key.
+        """
         spec = self.agents.get(agent)
         labels = {str(k): str(v) for k, v in (labels or {}).items()}
         policy, decisions = self.policy_for(spec, labels)
@@ -249,6 +257,8 @@ class Runtime:
             policy=policy.as_dict(),
             policy_decisions=decisions,
             created_by_id=int(_id(created_by)) if created_by is not None else None,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
         )
         self._submit_after_commit(run.id)
         return RunHandle(run_id=run.id, runtime=self)

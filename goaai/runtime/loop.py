@@ -33,8 +33,7 @@ from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
 from goaai.runtime.policy import Policy
 from goaai.runtime.store import RunStore
-from goaai.runtime.tools import Tool, ToolContext, ToolRejected, tools_for
-from goaai.runtime.tools.agents import agent_tool
+from goaai.runtime.tools import Tool, ToolContext, ToolRejected
 from goaai.runtime.tools.base import DelegationPaused
 from goaai.runtime.types import (
     Message,
@@ -515,10 +514,7 @@ class TurnLoop:
     # Helpers
 
     def _tools(self, agent: Agent, policy: Policy) -> dict[str, Tool]:
-        tools = tools_for(agent.toolsets)
-        for delegate in agent.delegates:
-            tool = agent_tool(self.agents.get(delegate))
-            tools[tool.name] = tool
+        tools = self.agents.tools_of(agent)
         return {name: t for name, t in tools.items() if policy.allows(name, t.toolset)}
 
     def _delta_sink(self, context: RunContext, turn_id: UUID) -> Callable[[str], None] | None:

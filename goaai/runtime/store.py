@@ -47,6 +47,8 @@ class RunStore(Protocol):
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
         created_by_id: int | None = None,
+        idempotency_key: str | None = None,
+        fingerprint: str = "",
     ) -> RunInfo: ...
 
     def get_run(self, run_id: UUID) -> RunInfo: ...

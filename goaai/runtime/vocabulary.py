@@ -142,3 +142,9 @@ RUN_END_EVENTS = {
 def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
     """Django ``choices`` for one of these enums."""
     return [(member.value, member.value.replace("_", " ").capitalize()) for member in enum]
+
+
+# The same choices everywhere a model, a filter or the API schema lists them.
+RUN_STATUS_CHOICES = choices(RunStatus)
+TOOL_CALL_STATUS_CHOICES = choices(ToolCallStatus)
+MEMORY_SCOPE_CHOICES = choices(MemoryScope)

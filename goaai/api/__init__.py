@@ -1,0 +1,1 @@
+"""What every part of the REST API shares: authentication, scoping, errors, paging."""

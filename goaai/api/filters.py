@@ -1,0 +1,69 @@
+"""Filters every list shares: a creation time range and JSON key/value matches."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, ClassVar
+
+import django_filters
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTransform
+from rest_framework.exceptions import ValidationError
+
+_KEY = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+
+
+def json_values(raw: str) -> list[Any]:
+    """What a query-string value may mean in JSON: always the string itself, and
+    also the number, boolean or null it spells (``?metadata.tries=3`` matches 3)."""
+    values: list[Any] = [raw]
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return values
+    if parsed is None or isinstance(parsed, bool | int | float):
+        values.append(parsed)
+    return values
+
+
+def filter_json_key(
+    queryset: QuerySet[Any], field: str, key: str, raw: str, param: str
+) -> QuerySet[Any]:
+    """Rows whose JSON ``field`` has ``key`` equal to ``raw`` (see :func:`json_values`)."""
+    if not _KEY.match(key):
+        raise ValidationError(
+            {param: ["Keys are 1 to 100 letters, digits, '_' or '-'."]}, code="invalid"
+        )
+    # An alias of its own per key (hyphens are not allowed in alias names).
+    alias = f"_json_{field}_{hashlib.blake2s(key.encode(), digest_size=6).hexdigest()}"
+    match = Q()
+    for value in json_values(raw):
+        match |= Q(**{alias: value})
+    return queryset.alias(**{alias: KeyTransform(key, field)}).filter(match)
+
+
+class CreatedRangeFilterSet(django_filters.FilterSet):
+    """``created_after`` / ``created_before`` (ISO 8601), and ``metadata.<key>=<value>``
+    for models with a ``metadata`` field (set ``metadata_field``)."""
+
+    created_after = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", label="Created at or after (ISO 8601)."
+    )
+    created_before = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", label="Created before (ISO 8601)."
+    )
+    metadata_field: ClassVar[str | None] = None
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        queryset = super().filter_queryset(queryset)
+        if self.metadata_field is None:
+            return queryset
+        for param, values in self.data.lists():
+            if not param.startswith("metadata."):
+                continue
+            key = param.removeprefix("metadata.")
+            for raw in values:
+                queryset = filter_json_key(queryset, self.metadata_field, key, raw, param)
+        return queryset

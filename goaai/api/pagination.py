@@ -1,0 +1,102 @@
+"""Paging: cursors that stay stable while rows are being added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.pagination import BasePagination, CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+MAX_PAGE_SIZE = 200
+
+
+class Cursor(CursorPagination):
+    """``{"next", "previous", "results"}``, newest first, ``?page_size=`` up to 200.
+
+    A cursor points between rows rather than at an offset, so rows inserted while a
+    client pages do not shift or repeat what it sees.
+    """
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+    ordering = "-created_at"
+
+
+class SeqPage(BasePagination):
+    """A session's events after a sequence number: ``?after=N&limit=M``, oldest first.
+
+    ``next`` continues after the last event returned; it is ``null`` when the page
+    was not full (the client has caught up).
+    """
+
+    default_limit = 100
+    max_limit = 1000
+
+    def after_and_limit(self, request: Request) -> tuple[int, int]:
+        from rest_framework.exceptions import ValidationError
+
+        values: dict[str, int] = {}
+        for name, default, low, high in (
+            ("after", 0, 0, 2**62),
+            ("limit", self.default_limit, 1, self.max_limit),
+        ):
+            raw = request.query_params.get(name)
+            if raw is None or raw == "":
+                values[name] = default
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ValidationError({name: ["Must be an integer."]}) from None
+            if not low <= value <= high:
+                raise ValidationError({name: [f"Must be between {low} and {high}."]})
+            values[name] = value
+        return values["after"], values["limit"]
+
+    def paginate(self, rows: list[Any], request: Request, limit: int) -> None:
+        self.request = request
+        self.next_after = rows[-1].seq if len(rows) == limit else None
+
+    def get_paginated_response(self, data: Any) -> Response:
+        url = self.request.build_absolute_uri()
+        next_url = None
+        if self.next_after is not None:
+            next_url = replace_query_param(url, "after", self.next_after)
+        return Response({"next": next_url, "previous": None, "results": data})
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "required": ["next", "previous", "results"],
+            "properties": {
+                "next": {"type": "string", "format": "uri", "nullable": True},
+                "previous": {"type": "string", "format": "uri", "nullable": True},
+                "results": schema,
+            },
+        }
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": "after",
+                "in": "query",
+                "required": False,
+                "description": "Only events with a sequence number above this one.",
+                "schema": {"type": "integer", "minimum": 0, "default": 0},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "description": f"At most this many events (1 to {self.max_limit}).",
+                "schema": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_limit,
+                    "default": self.default_limit,
+                },
+            },
+        ]

@@ -1,0 +1,47 @@
+"""Limits on starting runs, which cost model tokens: per user and per API token.
+
+A user's limit counts every credential together (browser and all tokens); a
+token's own, lower limit keeps one runaway integration from using up its user's.
+Rates come from ``GOAAI_THROTTLE_RATES`` when a request is checked, so they can be
+changed without a restart of the class machinery.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+
+from sessions_app.models import ApiToken
+
+
+class _RunThrottle(SimpleRateThrottle):
+    def get_rate(self) -> str | None:
+        rate: str | None = settings.GOAAI_THROTTLE_RATES.get(self.scope or "")
+        return rate
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        # Read the rate per request: tests and settings changes take effect at once.
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request, view)
+
+
+class RunCreateUserThrottle(_RunThrottle):
+    scope = "run_create_user"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        if not request.user or not request.user.is_authenticated:
+            return None
+        return f"throttle:{self.scope}:{request.user.pk}"
+
+
+class RunCreateTokenThrottle(_RunThrottle):
+    scope = "run_create_token"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        if not isinstance(request.auth, ApiToken):
+            return None
+        return f"throttle:{self.scope}:{request.auth.pk}"

@@ -1,0 +1,45 @@
+"""Every endpoint under /api/v1/."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from goaai.api.agents import AgentListView
+from memory_app.api.views import MemoryViewSet
+from runs_app.api.views import (
+    RunViewSet,
+    SessionEventViewSet,
+    SessionRunViewSet,
+    ToolCallViewSet,
+    TurnViewSet,
+)
+from sessions_app.api.views import ApiTokenViewSet, SessionViewSet
+
+router = SimpleRouter()
+router.register("sessions", SessionViewSet, basename="session")
+router.register("runs", RunViewSet, basename="run")
+router.register("turns", TurnViewSet, basename="turn")
+router.register("tool-calls", ToolCallViewSet, basename="tool-call")
+router.register("memory", MemoryViewSet, basename="memory")
+router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
+
+app_name = "api"
+
+urlpatterns = [
+    path(
+        "sessions/<uuid:session_id>/runs/",
+        SessionRunViewSet.as_view({"get": "list", "post": "create"}),
+        name="session-runs",
+    ),
+    path(
+        "sessions/<uuid:session_id>/events/",
+        SessionEventViewSet.as_view({"get": "list"}),
+        name="session-events",
+    ),
+    path("agents/", AgentListView.as_view(), name="agents"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("", include(router.urls)),
+]

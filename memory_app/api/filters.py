@@ -1,0 +1,30 @@
+"""Filters of the memory list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
+
+from goaai.runtime.vocabulary import MemoryScope, choices
+from memory_app.models import MemoryEntry
+
+
+class MemoryFilter(django_filters.FilterSet):
+    scope = django_filters.ChoiceFilter(choices=choices(MemoryScope))
+    session = django_filters.UUIDFilter(field_name="session_id")
+    agent = django_filters.CharFilter()
+    key = django_filters.CharFilter()
+    q = django_filters.CharFilter(method="search", label="Text in the key or the value.")
+
+    class Meta:
+        model = MemoryEntry
+        fields = ["scope", "session", "agent", "key"]
+
+    def search(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
+        # The value is JSON; searching its text form finds words inside strings too.
+        return queryset.alias(_value_text=Cast("value", TextField())).filter(
+            Q(key__icontains=value) | Q(_value_text__icontains=value)
+        )

@@ -1,0 +1,231 @@
+"""Memory: what agents remember, by scope, with every change kept."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from goaai.api.pagination import Cursor
+from goaai.api.views import ScopedViewSet, visible
+from goaai.runtime.vocabulary import MemoryScope
+from memory_app import services
+from memory_app.api.filters import MemoryFilter
+from memory_app.api.serializers import (
+    MemoryCreateSerializer,
+    MemoryEntrySerializer,
+    MemoryRevisionSerializer,
+    MemoryUpdateSerializer,
+)
+from memory_app.models import MemoryEntry, MemoryRevision
+from memory_app.selectors import memory_resolve
+from sessions_app.models import Session
+
+SHARED_SCOPES = (MemoryScope.AGENT, MemoryScope.GLOBAL)
+
+
+class RevisionCursor(Cursor):
+    """An entry's history reads oldest first; versions are unique within an entry."""
+
+    ordering = "version"
+
+
+def readable_by(user: Any) -> Q:
+    """Memory a user who is not staff may read: their sessions' and their own, and
+    the agent and global entries every run reads (those only staff may change)."""
+    return (
+        Q(scope=MemoryScope.SESSION, session__owner=user.pk)
+        | Q(scope=MemoryScope.USER, user=user.pk)
+        | Q(scope__in=SHARED_SCOPES)
+    )
+
+
+def _check_writable(user: Any, scope: str) -> None:
+    if scope in SHARED_SCOPES and not user.is_staff:
+        raise PermissionDenied(f"Only staff may change {scope} memory.")
+
+
+def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
+    return {"session_id": entry.session_id, "user_id": entry.user_id, "agent": entry.agent}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List memory entries",
+        description="Your sessions' and your own entries, and the agent and global "
+        "entries runs read; staff see every entry.",
+    ),
+    retrieve=extend_schema(summary="Get a memory entry"),
+)
+class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    serializer_class = MemoryEntrySerializer
+    pagination_class = Cursor
+    filterset_class = MemoryFilter
+    ordering_fields = ["created_at"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def owner_filter(self, user: Any) -> Q:
+        return readable_by(user)
+
+    def base_queryset(self) -> QuerySet[MemoryEntry]:
+        return MemoryEntry.objects.all()
+
+    @extend_schema(
+        summary="Create a memory entry",
+        description="One entry per (scope, owner, key): an entry that exists already is "
+        "a 409 showing it (change it with PATCH and its version). Session scope needs "
+        "one of your sessions; user scope is your own (staff may name a user); agent "
+        "and global scope are for staff.",
+        request=MemoryCreateSerializer,
+        responses={201: MemoryEntrySerializer},
+    )
+    def create(self, request: Request) -> Response:
+        body = MemoryCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        user = request.user
+        scope = data["scope"]
+        _check_writable(user, scope)
+        owner: dict[str, Any] = {}
+        if scope == MemoryScope.SESSION:
+            if data.get("session") is None:
+                raise ValidationError({"session": ["Session scope needs a session."]})
+            if not visible(Session, user, "owner").filter(pk=data["session"]).exists():
+                raise ValidationError({"session": ["No such session."]}, code="does_not_exist")
+            owner["session_id"] = data["session"]
+        elif scope == MemoryScope.USER:
+            owner["user_id"] = data.get("user") or user.pk
+            if owner["user_id"] != user.pk and not user.is_staff:
+                raise ValidationError({"user": ["You can write only your own user memory."]})
+        elif scope == MemoryScope.AGENT:
+            if not data["agent"]:
+                raise ValidationError({"agent": ["Agent scope needs an agent."]})
+            owner["agent"] = data["agent"]
+        entry = services.memory_store(
+            key=data["key"],
+            value=data["value"],
+            scope=scope,
+            expected_version=0,
+            expires_at=data["expires_at"],
+            written_by_user_id=user.pk,
+            **owner,
+        )
+        return Response(MemoryEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Change a memory entry's value",
+        description="Send the version you read: if the entry changed since, nothing is "
+        "written and the answer is a 409 with the entry as it is now.",
+        request=MemoryUpdateSerializer,
+        responses={200: MemoryEntrySerializer},
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        entry = self.get_object()
+        _check_writable(request.user, entry.scope)
+        body = MemoryUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        expires_at = data["expires_at"] if "expires_at" in request.data else entry.expires_at
+        updated = services.memory_store(
+            key=entry.key,
+            value=data["value"],
+            scope=entry.scope,
+            expected_version=data["version"],
+            expires_at=expires_at,
+            written_by_user_id=request.user.pk,
+            **_owner(entry),
+        )
+        return Response(MemoryEntrySerializer(updated).data)
+
+    @extend_schema(
+        summary="Delete a memory entry",
+        description="Its revisions are kept. With `?version=n`, only if the entry is "
+        "still at version n (409 otherwise).",
+        parameters=[OpenApiParameter("version", OpenApiTypes.INT, required=False)],
+        responses={204: None},
+    )
+    def destroy(self, request: Request, pk: str) -> Response:
+        entry = self.get_object()
+        _check_writable(request.user, entry.scope)
+        raw = request.query_params.get("version")
+        expected: int | None = None
+        if raw is not None:
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValidationError({"version": ["A positive integer."]})
+            expected = int(raw)
+        deleted = services.memory_delete(
+            key=entry.key,
+            scope=entry.scope,
+            expected_version=expected,
+            written_by_user_id=request.user.pk,
+            **_owner(entry),
+        )
+        if not deleted:
+            raise NotFound("The entry was deleted meanwhile.")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Resolve a key for a session",
+        description="The entry a run in the session reads for `key`: the session's "
+        "own, else its user's, its agent's, or the global one. 404 if none.",
+        parameters=[
+            OpenApiParameter("key", OpenApiTypes.STR, required=True),
+            OpenApiParameter("session", OpenApiTypes.UUID, required=True),
+        ],
+        responses={200: MemoryEntrySerializer, 404: OpenApiResponse(description="No entry.")},
+        filters=False,
+    )
+    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
+    def resolve(self, request: Request) -> Response:
+        key = request.query_params.get("key", "").strip()
+        raw_session = request.query_params.get("session", "")
+        errors: dict[str, list[str]] = {}
+        if not key or len(key) > 200:
+            errors["key"] = ["A key of 1 to 200 characters."]
+        try:
+            session_id = UUID(raw_session)
+        except ValueError:
+            errors["session"] = ["A session id."]
+        if errors:
+            raise ValidationError(errors)
+        session = get_object_or_404(visible(Session, request.user, "owner"), pk=session_id)
+        entry = memory_resolve(key=key, session_id=session.pk)
+        if entry is None:
+            raise NotFound(f"No entry {key!r} for this session.")
+        return Response(MemoryEntrySerializer(entry).data)
+
+    @extend_schema(
+        summary="The revisions of an entry",
+        description="Every change, oldest first: version, value, action and who made "
+        "it. Also answers for an entry that has been deleted.",
+        responses={200: MemoryRevisionSerializer(many=True)},
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=RevisionCursor)
+    def revisions(self, request: Request, pk: str) -> Response:
+        try:
+            entry_id = UUID(pk)
+        except ValueError:
+            raise NotFound("No such memory entry.") from None
+        revisions = MemoryRevision.objects.filter(entry_id=entry_id)
+        if not request.user.is_staff:
+            revisions = revisions.filter(readable_by(request.user))
+        page = self.paginate_queryset(revisions)
+        # An empty first page means no revision the caller may see: no such entry.
+        if not page and "cursor" not in request.query_params:
+            raise NotFound("No such memory entry.")
+        return self.get_paginated_response(MemoryRevisionSerializer(page, many=True).data)

@@ -1,0 +1,300 @@
+"""Runs, turns, tool calls and a session's events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from goaai.api.exceptions import Conflict
+from goaai.api.pagination import Cursor, SeqPage
+from goaai.api.throttles import RunCreateTokenThrottle, RunCreateUserThrottle
+from goaai.api.views import ScopedViewSet, visible
+from goaai.runtime import rt
+from runs_app.api.filters import RunFilter, ToolCallFilter, TurnFilter
+from runs_app.api.serializers import (
+    RunCancelSerializer,
+    RunCreateSerializer,
+    RunDetailSerializer,
+    RunEventSerializer,
+    RunRespondSerializer,
+    RunSerializer,
+    ToolCallSerializer,
+    TurnSerializer,
+)
+from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.selectors import run_for_idempotency_key
+from sessions_app.models import Session
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Makes retries safe: the same key with the same body returns the run "
+    "it created (200); the same key with another body is a 409. Keys are per session, "
+    f"at most {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters.",
+)
+
+
+def _fingerprint(data: dict[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH or not key.isprintable() or not key.isascii():
+        raise ValidationError(
+            {"Idempotency-Key": [f"1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters."]},
+            code="invalid",
+        )
+    return key
+
+
+def _replay(run: Run, fingerprint: str) -> Response:
+    if run.request_fingerprint != fingerprint:
+        raise Conflict(
+            "This Idempotency-Key was used for a different request in this session.",
+            code="idempotency_key_reused",
+        )
+    return Response(RunSerializer(run).data, status=status.HTTP_200_OK)
+
+
+class TurnCursor(Cursor):
+    """Turns read oldest first, as they happened."""
+
+    ordering = "started_at"
+
+
+class SessionScopedMixin:
+    """Views under ``/sessions/{session_id}/``: the session must be the caller's."""
+
+    kwargs: dict[str, Any]
+
+    def session(self) -> Session:
+        request: Request = self.request  # type: ignore[attr-defined]
+        session: Session = get_object_or_404(
+            visible(Session, request.user, "owner"), pk=self.kwargs["session_id"]
+        )
+        return session
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List a session's runs", description="Newest first."),
+)
+class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet):
+    owner_lookup = "session__owner"
+    serializer_class = RunSerializer
+    pagination_class = Cursor
+    filterset_class = RunFilter
+    ordering_fields = ["created_at"]
+
+    def base_queryset(self) -> QuerySet[Run]:
+        if getattr(self, "swagger_fake_view", False):  # building the OpenAPI schema
+            return Run.objects.none()
+        return Run.objects.filter(session=self.session())
+
+    def get_throttles(self) -> list[Any]:
+        if self.action == "create":
+            return [RunCreateUserThrottle(), RunCreateTokenThrottle()]
+        return super().get_throttles()
+
+    @extend_schema(
+        summary="Start a run: post a message to the session",
+        description="Creates a `pending` run of the session's agent and hands it to an "
+        "executor; follow it with GET /runs/{id}/ or the session's event stream.",
+        parameters=[IDEMPOTENCY_KEY],
+        request=RunCreateSerializer,
+        responses={
+            201: RunSerializer,
+            200: OpenApiResponse(RunSerializer, description="A replay of an Idempotency-Key."),
+        },
+    )
+    def create(self, request: Request, session_id: str) -> Response:
+        session = self.session()
+        body = RunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        key = _idempotency_key(request)
+        fingerprint = _fingerprint(data) if key else ""
+        if key is not None:
+            earlier = run_for_idempotency_key(session_id=session.pk, key=key)
+            if earlier is not None:
+                return _replay(earlier, fingerprint)
+        try:
+            handle = rt.start(
+                session.agent,
+                data["input"],
+                session=session.pk,
+                labels=data["labels"],
+                metadata=data["metadata"],
+                created_by=request.user,
+                idempotency_key=key,
+                fingerprint=fingerprint,
+            )
+        except IntegrityError:
+            # Two requests with the same key raced; the other one created the run.
+            earlier = run_for_idempotency_key(session_id=session.pk, key=key) if key else None
+            if earlier is None:
+                raise
+            return _replay(earlier, fingerprint)
+        run = Run.objects.get(pk=handle.run_id)
+        response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        response["Location"] = request.build_absolute_uri(f"/api/v1/runs/{run.pk}/")
+        return response
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runs",
+        description="Runs across your sessions, newest first (child runs included).",
+    ),
+    retrieve=extend_schema(
+        summary="Get a run",
+        description="The run with its turns in order, each with its tool calls.",
+    ),
+)
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    owner_lookup = "session__owner"
+    pagination_class = Cursor
+    filterset_class = RunFilter
+    ordering_fields = ["created_at"]
+
+    def base_queryset(self) -> QuerySet[Run]:
+        runs = Run.objects.all()
+        if self.action == "retrieve":
+            calls = ToolCall.objects.order_by("index")
+            runs = runs.prefetch_related(
+                Prefetch(
+                    "turns",
+                    queryset=Turn.objects.order_by("index").prefetch_related(
+                        Prefetch("tool_calls", queryset=calls)
+                    ),
+                ),
+                Prefetch("child_runs", queryset=Run.objects.order_by("created_at").only("id")),
+            )
+        return runs
+
+    def get_serializer_class(self) -> Any:
+        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+
+    @extend_schema(
+        summary="Cancel a run",
+        description="A pending or waiting run is canceled at once; a running one stops "
+        "at its next step (its status shows `canceled` then). A run that has ended "
+        "is a 409.",
+        request=RunCancelSerializer,
+        responses={200: RunSerializer},
+    )
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def cancel(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        body = RunCancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        rt.cancel_run(run.pk, reason=body.validated_data["reason"] or "user_requested")
+        return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
+
+    @extend_schema(
+        summary="Answer what a run awaits",
+        description="For a run in `awaiting_input`: approve or deny the tool call it "
+        "waits on (`{tool_call, decision, reason?}`), or answer its question "
+        "(`{answer}`). The run continues in the background. An answer that no longer "
+        "fits (the run is not waiting, or waits for something else) is a 409.",
+        request=RunRespondSerializer,
+        responses={200: RunSerializer},
+    )
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def respond(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        body = RunRespondSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        rt.respond(
+            run.pk,
+            tool_call=data.get("tool_call"),
+            decision=data.get("decision", ""),
+            reason=data["reason"],
+            answer=data.get("answer"),
+            user=request.user,
+        )
+        return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List turns", description="Filter by run; oldest first."),
+    retrieve=extend_schema(summary="Get a turn"),
+)
+class TurnViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    owner_lookup = "run__session__owner"
+    serializer_class = TurnSerializer
+    filterset_class = TurnFilter
+
+    pagination_class = TurnCursor
+    ordering_fields = ["started_at"]
+
+    def base_queryset(self) -> QuerySet[Turn]:
+        return Turn.objects.all()
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List tool calls",
+        description="For audit: filter by run, session, tool name, status, error kind, "
+        "agent and time; newest first.",
+    ),
+    retrieve=extend_schema(summary="Get a tool call"),
+)
+class ToolCallViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    owner_lookup = "session__owner"
+    serializer_class = ToolCallSerializer
+    pagination_class = Cursor
+    filterset_class = ToolCallFilter
+    ordering_fields = ["created_at"]
+
+    def base_queryset(self) -> QuerySet[ToolCall]:
+        return ToolCall.objects.all()
+
+
+class SessionEventViewSet(SessionScopedMixin, ScopedViewSet):
+    owner_lookup = "session__owner"
+    serializer_class = RunEventSerializer
+    pagination_class = SeqPage
+    filterset_class = None
+
+    def base_queryset(self) -> QuerySet[RunEvent]:
+        if getattr(self, "swagger_fake_view", False):  # building the OpenAPI schema
+            return RunEvent.objects.none()
+        return RunEvent.objects.filter(session=self.session())
+
+    @extend_schema(
+        summary="A session's events after a sequence number",
+        description="Events with `seq > after`, oldest first: how a client catches up "
+        "on what it missed. `next` continues where this page ends; it is null once "
+        "the client has caught up.",
+    )
+    def list(self, request: Request, session_id: str) -> Response:
+        paginator: SeqPage = self.paginator  # type: ignore[assignment]
+        after, limit = paginator.after_and_limit(request)
+        rows = list(self.get_queryset().filter(seq__gt=after).order_by("seq")[:limit])
+        paginator.paginate(rows, request, limit)
+        return paginator.get_paginated_response(self.get_serializer(rows, many=True).data)

@@ -1,0 +1,91 @@
+"""Sessions and API tokens, as the API shows and accepts them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from goaai.api.fields import JSONObjectField
+from goaai.runtime import rt
+from sessions_app.models import ApiToken, Session
+
+
+class OwnerSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+
+
+class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    owner = OwnerSerializer(read_only=True)
+    last_event_seq = serializers.IntegerField(
+        read_only=True, help_text="The sequence number of the session's newest event."
+    )
+
+    class Meta:
+        model = Session
+        fields = [
+            "id",
+            "agent",
+            "title",
+            "status",
+            "metadata",
+            "owner",
+            "last_event_seq",
+            "created_at",
+            "updated_at",
+            "ended_at",
+        ]
+        read_only_fields = fields
+
+
+class SessionCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    agent = serializers.CharField(max_length=100, help_text="The id of an agent (GET /agents/).")
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    metadata = JSONObjectField(what="Metadata", required=False, default=dict)
+
+    def validate_agent(self, value: str) -> str:
+        if value not in rt.agents:
+            raise serializers.ValidationError(f"No agent named {value!r}.", code="unknown_agent")
+        return value
+
+
+class SessionUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    metadata = JSONObjectField(what="Metadata", required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Send a title, metadata or both.", code="empty")
+        return attrs
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The token itself. It is shown only in this response."
+    )
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=100, help_text="What the token is for.")
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="When it stops working."
+    )
+
+    def validate_expires_at(self, value: Any) -> Any:
+        from django.utils import timezone
+
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("Must be in the future.", code="in_past")
+        return value

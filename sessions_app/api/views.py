@@ -1,0 +1,145 @@
+"""Sessions and API tokens."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from goaai.api.export import session_document
+from goaai.api.pagination import Cursor
+from goaai.api.views import ScopedViewSet
+from goaai.runtime import rt
+from sessions_app import services
+from sessions_app.api.filters import SessionFilter
+from sessions_app.api.serializers import (
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+    SessionUpdateSerializer,
+)
+from sessions_app.models import ApiToken, Session
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List sessions", description="Your sessions, newest first."),
+    retrieve=extend_schema(summary="Get a session"),
+    destroy=extend_schema(
+        summary="Delete a session",
+        description="Deletes the session with its runs, turns, tool calls, events and "
+        "session memory. This cannot be undone.",
+    ),
+)
+class SessionViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ScopedViewSet,
+):
+    owner_lookup = "owner"
+    serializer_class = SessionSerializer
+    pagination_class = Cursor
+    filterset_class = SessionFilter
+    ordering_fields = ["created_at"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def base_queryset(self) -> QuerySet[Session]:
+        return Session.objects.select_related("owner")
+
+    @extend_schema(
+        summary="Start a session",
+        request=SessionCreateSerializer,
+        responses={201: SessionSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        body = SessionCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = rt.create_session(owner=request.user, **body.validated_data)
+        session = self.base_queryset().get(pk=created.id)
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Rename a session or replace its metadata",
+        request=SessionUpdateSerializer,
+        responses={200: SessionSerializer},
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        body = SessionUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.session_update(session_id=session.pk, **body.validated_data)
+        return Response(SessionSerializer(self.base_queryset().get(pk=session.pk)).data)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        services.session_delete(session_id=session.pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="End a session",
+        description="The session becomes `ended`: runs in flight are canceled and new "
+        "runs are refused with 409. Ending an ended session changes nothing.",
+        request=None,
+        responses={200: SessionSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def end(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        services.session_end(session_id=session.pk)
+        return Response(SessionSerializer(self.base_queryset().get(pk=session.pk)).data)
+
+    @extend_schema(
+        summary="Export a session",
+        description="One JSON document with the session, its runs, turns, tool calls, "
+        "events and session memory.",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def export(self, request: Request, pk: str) -> Response:
+        session = self.get_object()
+        response = Response(session_document(session))
+        response["Content-Disposition"] = f'attachment; filename="session-{session.pk}.json"'
+        return response
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List your API tokens", description="Tokens not revoked."),
+    retrieve=extend_schema(summary="Get one of your API tokens"),
+)
+class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    owner_lookup = "user"
+    staff_sees_all = False
+    serializer_class = ApiTokenSerializer
+    pagination_class = Cursor
+    filterset_class = None
+
+    def base_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.filter(revoked_at__isnull=True)
+
+    @extend_schema(
+        summary="Create an API token",
+        description="The response holds the token itself, shown only this once; "
+        "goaai stores a hash of it. Send it as `Authorization: Bearer <token>`.",
+        request=ApiTokenCreateSerializer,
+        responses={201: ApiTokenCreatedSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        body = ApiTokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        token, raw = services.api_token_create(
+            user_id=request.user.pk,  # type: ignore[arg-type]
+            **body.validated_data,
+        )
+        token.token = raw  # type: ignore[attr-defined]
+        return Response(ApiTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Revoke an API token", responses={204: None})
+    def destroy(self, request: Request, pk: str) -> Response:
+        token = self.get_object()
+        services.api_token_revoke(token_id=token.pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
