@@ -6,10 +6,12 @@ from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from goaai.api.authentication import BearerTokenAuthentication
 from goaai.api.export import session_document
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
@@ -112,6 +114,13 @@ class SessionViewSet(
     retrieve=extend_schema(summary="Get one of your API tokens"),
 )
 class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    # A script gets its first token with the account's username and password
+    # (HTTP Basic); every other endpoint takes only tokens and the browser session.
+    authentication_classes = [
+        BearerTokenAuthentication,
+        SessionAuthentication,
+        BasicAuthentication,
+    ]
     owner_lookup = "user"
     staff_sees_all = False
     serializer_class = ApiTokenSerializer
