@@ -9,6 +9,7 @@ from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
@@ -75,6 +76,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     serializer_class = MemoryEntrySerializer
     pagination_class = Cursor
     filterset_class = MemoryFilter
+    conflict_actions = ("create", "partial_update", "destroy")
     ordering_fields = ["created_at"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
@@ -92,6 +94,23 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         "and global scope are for staff.",
         request=MemoryCreateSerializer,
         responses={201: MemoryEntrySerializer},
+        examples=[
+            OpenApiExample(
+                "Your own preference",
+                value={"key": "timezone", "value": "Europe/Paris", "scope": "user"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "A fact for one session",
+                value={
+                    "key": "favourite colour",
+                    "value": "green",
+                    "scope": "session",
+                    "session": "967b525e-5623-426f-9ad7-31f603c0020c",
+                },
+                request_only=True,
+            ),
+        ],
     )
     def create(self, request: Request) -> Response:
         body = MemoryCreateSerializer(data=request.data)
@@ -132,6 +151,11 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         "written and the answer is a 409 with the entry as it is now.",
         request=MemoryUpdateSerializer,
         responses={200: MemoryEntrySerializer},
+        examples=[
+            OpenApiExample(
+                "Change a value", value={"value": "blue", "version": 1}, request_only=True
+            )
+        ],
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         entry = self.get_object()

@@ -11,6 +11,7 @@ from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
@@ -104,6 +105,7 @@ class SessionScopedMixin:
 )
 class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet):
     owner_lookup = "session__owner"
+    conflict_actions = ("create",)
     serializer_class = RunSerializer
     pagination_class = Cursor
     filterset_class = RunFilter
@@ -125,6 +127,22 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         "executor; follow it with GET /runs/{id}/ or the session's event stream.",
         parameters=[IDEMPOTENCY_KEY],
         request=RunCreateSerializer,
+        examples=[
+            OpenApiExample(
+                "A message",
+                value={"input": "remember my favourite colour is green"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "With labels and metadata",
+                value={
+                    "input": "what is 12 * 7?",
+                    "labels": {"tier": "free"},
+                    "metadata": {"ticket": "T-1042"},
+                },
+                request_only=True,
+            ),
+        ],
         responses={
             201: RunSerializer,
             200: OpenApiResponse(RunSerializer, description="A replay of an Idempotency-Key."),
@@ -176,6 +194,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
     owner_lookup = "session__owner"
+    conflict_actions = ("cancel", "respond")
     pagination_class = Cursor
     filterset_class = RunFilter
     ordering_fields = ["created_at"]
@@ -222,6 +241,23 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         "fits (the run is not waiting, or waits for something else) is a 409.",
         request=RunRespondSerializer,
         responses={200: RunSerializer},
+        examples=[
+            OpenApiExample(
+                "Approve a tool call",
+                value={"tool_call": "6e7969c6-df6f-4e3c-8178-d023f40c633e", "decision": "approve"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Deny it, saying why",
+                value={
+                    "tool_call": "6e7969c6-df6f-4e3c-8178-d023f40c633e",
+                    "decision": "deny",
+                    "reason": "keep my notes",
+                },
+                request_only=True,
+            ),
+            OpenApiExample("Answer a question", value={"answer": "Paris"}, request_only=True),
+        ],
     )
     @action(detail=True, methods=["post"], filterset_class=None)
     def respond(self, request: Request, pk: str) -> Response:

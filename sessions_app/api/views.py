@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.decorators import action
@@ -57,6 +57,17 @@ class SessionViewSet(
         summary="Start a session",
         request=SessionCreateSerializer,
         responses={201: SessionSerializer},
+        examples=[
+            OpenApiExample(
+                "A session with the assistant",
+                value={
+                    "agent": "assistant",
+                    "title": "Colours",
+                    "metadata": {"user_id": "user-123"},
+                },
+                request_only=True,
+            )
+        ],
     )
     def create(self, request: Request) -> Response:
         body = SessionCreateSerializer(data=request.data)
@@ -136,6 +147,13 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
         "goaai stores a hash of it. Send it as `Authorization: Bearer <token>`.",
         request=ApiTokenCreateSerializer,
         responses={201: ApiTokenCreatedSerializer},
+        examples=[
+            OpenApiExample(
+                "A token for a script",
+                value={"name": "nightly report", "expires_at": "2027-06-30T00:00:00Z"},
+                request_only=True,
+            )
+        ],
     )
     def create(self, request: Request) -> Response:
         body = ApiTokenCreateSerializer(data=request.data)
