@@ -37,6 +37,15 @@ def check_labels(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+class StrictCharField(serializers.CharField):
+    """A string, and only a string (DRF's CharField turns numbers into strings)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 class JSONObjectField(serializers.JSONField):
     """A JSON object (not a list or a scalar), with a size limit."""
 

@@ -16,6 +16,7 @@ from rest_framework import serializers
 
 CONFLICT_CODES = [
     ("conflict", "conflict"),
+    ("run_ended", "run_ended"),
     ("session_ended", "session_ended"),
     ("illegal_transition", "illegal_transition"),
     ("idempotency_key_reused", "idempotency_key_reused"),

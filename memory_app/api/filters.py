@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import django_filters
@@ -24,7 +25,11 @@ class MemoryFilter(django_filters.FilterSet):
         fields = ["scope", "session", "agent", "key"]
 
     def search(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
-        # The value is JSON; searching its text form finds words inside strings too.
-        return queryset.alias(_value_text=Cast("value", TextField())).filter(
-            Q(key__icontains=value) | Q(_value_text__icontains=value)
-        )
+        # The value is JSON text: searching it finds words inside strings too. SQLite
+        # keeps non-ASCII characters as \uXXXX escapes (and both databases escape
+        # quotes), so the escaped form of the search is looked for as well.
+        text = Q(key__icontains=value) | Q(_value_text__icontains=value)
+        escaped = json.dumps(value)[1:-1]
+        if escaped != value:
+            text |= Q(_value_text__icontains=escaped)
+        return queryset.alias(_value_text=Cast("value", TextField())).filter(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -97,6 +98,12 @@ def check_value(value: Any) -> Any:
     return value
 
 
+def check_expiry(value: Any) -> Any:
+    if value is not None and value <= timezone.now():
+        raise serializers.ValidationError("Must be in the future.", code="in_past")
+    return value
+
+
 class MemoryCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     key = serializers.CharField(max_length=200)
     value = serializers.JSONField(help_text="Any JSON value.")
@@ -117,6 +124,9 @@ class MemoryCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     def validate_value(self, value: Any) -> Any:
         return check_value(value)
 
+    def validate_expires_at(self, value: Any) -> Any:
+        return check_expiry(value)
+
 
 class MemoryUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     value = serializers.JSONField(help_text="The new value.")
@@ -127,3 +137,6 @@ class MemoryUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
     def validate_value(self, value: Any) -> Any:
         return check_value(value)
+
+    def validate_expires_at(self, value: Any) -> Any:
+        return check_expiry(value)

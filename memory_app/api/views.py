@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -127,9 +128,12 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
                 raise ValidationError({"session": ["No such session."]}, code="does_not_exist")
             owner["session_id"] = data["session"]
         elif scope == MemoryScope.USER:
-            owner["user_id"] = data.get("user") or user.pk
+            named = data.get("user")
+            owner["user_id"] = user.pk if named is None else named
             if owner["user_id"] != user.pk and not user.is_staff:
                 raise ValidationError({"user": ["You can write only your own user memory."]})
+            if not get_user_model().objects.filter(pk=owner["user_id"]).exists():
+                raise ValidationError({"user": ["No such user."]}, code="does_not_exist")
         elif scope == MemoryScope.AGENT:
             if not data["agent"]:
                 raise ValidationError({"agent": ["Agent scope needs an agent."]})

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from goaai.api.fields import JSONObjectField, check_labels
+from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
 from runs_app.models import Run, RunEvent, ToolCall, Turn
 
 MAX_INPUT_LENGTH = 32_000
@@ -197,7 +197,7 @@ class RunCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
         max_length=MAX_INPUT_LENGTH, trim_whitespace=False, help_text="The user's message."
     )
     labels = serializers.DictField(
-        child=serializers.CharField(max_length=200, allow_blank=True),
+        child=StrictCharField(max_length=200, allow_blank=True),
         required=False,
         default=dict,
         help_text="String labels; label rules in settings tighten the run's policy by them.",

@@ -210,7 +210,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
                         Prefetch("tool_calls", queryset=calls)
                     ),
                 ),
-                Prefetch("child_runs", queryset=Run.objects.order_by("created_at").only("id")),
+                Prefetch(
+                    "child_runs",
+                    queryset=Run.objects.order_by("created_at").only("id", "parent_run_id"),
+                ),
             )
         return runs
 
@@ -230,6 +233,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         run = self.get_object()
         body = RunCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        if run.is_terminal:
+            raise Conflict(f"Run {run.pk} has ended ({run.status}).", code="run_ended")
         rt.cancel_run(run.pk, reason=body.validated_data["reason"] or "user_requested")
         return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
 
