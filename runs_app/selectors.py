@@ -40,6 +40,24 @@ def events_after(*, session_id: UUID, after: int = 0, limit: int = 1000) -> Quer
     return RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit]
 
 
+def runs_with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """``runs`` with their turns in order, each with its tool calls in order, and
+    their child runs' ids: what a run's detail shows, in three more queries however
+    many steps the runs have."""
+    return runs.prefetch_related(
+        Prefetch(
+            "turns",
+            queryset=Turn.objects.order_by("index").prefetch_related(
+                Prefetch("tool_calls", queryset=ToolCall.objects.order_by("index"))
+            ),
+        ),
+        Prefetch(
+            "child_runs",
+            queryset=Run.objects.order_by("created_at").only("id", "parent_run_id"),
+        ),
+    )
+
+
 def run_turns(*, run_id: UUID) -> QuerySet[Turn]:
     """A run's turns in order, with their tool calls in order."""
     return (

@@ -16,10 +16,12 @@ from runs_app.api.serializers import (
     TurnSerializer,
 )
 from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.selectors import runs_with_steps
 from sessions_app.api.serializers import SessionSerializer
 from sessions_app.models import Session
 
 EXPORT_FORMAT = "goaai.session.v1"
+RUN_EXPORT_FORMAT = "goaai.run.v1"
 
 
 def session_document(session: Session) -> dict[str, Any]:
@@ -43,4 +45,19 @@ def session_document(session: Session) -> dict[str, Any]:
         "tool_calls": ToolCallSerializer(calls, many=True).data,
         "events": RunEventSerializer(events.iterator(chunk_size=2000), many=True).data,
         "memory": MemoryEntrySerializer(memory.order_by("key"), many=True).data,
+    }
+
+
+def run_document(run: Run) -> dict[str, Any]:
+    """One run as a JSON document: the run with its turns and tool calls in order,
+    its child runs and its events (what an operator downloads from the timeline)."""
+    from runs_app.api.serializers import RunDetailSerializer
+
+    detailed = runs_with_steps(Run.objects.filter(pk=run.pk)).get()
+    events = RunEvent.objects.filter(run=run).order_by("seq")
+    return {
+        "format": RUN_EXPORT_FORMAT,
+        "exported_at": timezone.now().isoformat(),
+        "run": RunDetailSerializer(detailed).data,
+        "events": RunEventSerializer(events.iterator(chunk_size=2000), many=True).data,
     }

@@ -28,6 +28,26 @@ class _RunThrottle(SimpleRateThrottle):
         self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
 
+    def throttle_success(self) -> bool:
+        # Counted by record(), once every limit of the request allowed it: a request
+        # that one limit refuses must not use up another limit's allowance.
+        return True
+
+    def record(self) -> None:
+        if getattr(self, "key", None) is None:  # no rate, or no one to count
+            return
+        self.history.insert(0, self.now)
+        self.cache.set(self.key, self.history, self.duration)
+
+
+def check_run_throttles(view: Any, request: Request, throttles: list[Any]) -> None:
+    """Refuse the request if any limit is reached; count it against all otherwise."""
+    waits = [t.wait() for t in throttles if not t.allow_request(request, view)]
+    if waits:
+        view.throttled(request, max((w for w in waits if w is not None), default=None))
+    for throttle in throttles:
+        throttle.record()
+
 
 class RunCreateUserThrottle(_RunThrottle):
     scope = "run_create_user"

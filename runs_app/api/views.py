@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -25,7 +25,11 @@ from rest_framework.response import Response
 
 from goaai.api.exceptions import Conflict
 from goaai.api.pagination import Cursor, SeqPage
-from goaai.api.throttles import RunCreateTokenThrottle, RunCreateUserThrottle
+from goaai.api.throttles import (
+    RunCreateTokenThrottle,
+    RunCreateUserThrottle,
+    check_run_throttles,
+)
 from goaai.api.views import ScopedViewSet, visible
 from goaai.runtime import rt
 from runs_app.api.filters import RunFilter, ToolCallFilter, TurnFilter
@@ -40,7 +44,7 @@ from runs_app.api.serializers import (
     TurnSerializer,
 )
 from runs_app.models import Run, RunEvent, ToolCall, Turn
-from runs_app.selectors import run_for_idempotency_key
+from runs_app.selectors import run_for_idempotency_key, runs_with_steps
 from sessions_app.models import Session
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
@@ -120,6 +124,12 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         if self.action == "create":
             return [RunCreateUserThrottle(), RunCreateTokenThrottle()]
         return super().get_throttles()
+
+    def check_throttles(self, request: Request) -> None:
+        if self.action == "create":
+            check_run_throttles(self, request, self.get_throttles())
+        else:
+            super().check_throttles(request)
 
     @extend_schema(
         summary="Start a run: post a message to the session",
@@ -201,21 +211,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 
     def base_queryset(self) -> QuerySet[Run]:
         runs = Run.objects.all()
-        if self.action == "retrieve":
-            calls = ToolCall.objects.order_by("index")
-            runs = runs.prefetch_related(
-                Prefetch(
-                    "turns",
-                    queryset=Turn.objects.order_by("index").prefetch_related(
-                        Prefetch("tool_calls", queryset=calls)
-                    ),
-                ),
-                Prefetch(
-                    "child_runs",
-                    queryset=Run.objects.order_by("created_at").only("id", "parent_run_id"),
-                ),
-            )
-        return runs
+        return runs_with_steps(runs) if self.action == "retrieve" else runs
 
     def get_serializer_class(self) -> Any:
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer
