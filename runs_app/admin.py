@@ -1,16 +1,42 @@
+"""Runs, turns, tool calls and events in the operators' console: filters and search
+an audit needs, links along the run tree, exports and cancel, no per-row queries."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+import json
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.text import Truncator
 
-from goaai.admin_base import ReadOnlyAdmin, admin_link
+from goaai.admin_base import (
+    LabelFilter,
+    ReadOnlyAdmin,
+    admin_id_link,
+    admin_link,
+    agent_ids,
+    choices_filter,
+    csv_response,
+    date_range_filters,
+    owner_filter,
+    tool_names,
+)
+from goaai.runtime.vocabulary import RunStatus
 from runs_app.models import Run, RunEvent, ToolCall, Turn
+from sessions_app.models import Session
 
 
 def _changelist_link(model: str, field: str, value: object, label: str) -> str:
     url = reverse(f"admin:runs_app_{model}_changelist") + f"?{field}={value}"
     return format_html('<a href="{}">{}</a>', url, label)
+
+
+def _excerpt(text: str, length: int = 80) -> str:
+    return Truncator(text.replace("\n", " ")).chars(length)
 
 
 @admin.register(Run)
@@ -19,15 +45,26 @@ class RunAdmin(ReadOnlyAdmin):
         "id",
         "agent",
         "status",
+        "owner",
+        "input_excerpt",
         "session_link",
+        "parent_link",
         "total_tokens",
+        "duration",
         "created_at",
-        "ended_at",
     ]
-    list_filter = ["status", "agent", "error_kind", "created_at"]
+    list_filter = [
+        "status",
+        choices_filter("agent", "agent", agent_ids),
+        "error_kind",
+        LabelFilter,
+        owner_filter("session__owner"),
+        *date_range_filters("created_at"),
+    ]
     search_fields = ["=id", "=session__id", "input", "output"]
-    list_select_related = ["session"]
-    date_hierarchy = "created_at"
+    list_select_related = ["session__owner"]
+    ordering = ["-created_at"]
+    actions = ["export_json", "export_csv", "cancel_runs"]
     fields = (
         "id",
         "session_link",
@@ -62,9 +99,31 @@ class RunAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
 
+    @admin.display(description="Owner", ordering="session__owner__username")
+    def owner(self, obj: Run) -> str:
+        return obj.session.owner.get_username()
+
+    @admin.display(description="Input")
+    def input_excerpt(self, obj: Run) -> str:
+        return _excerpt(obj.input)
+
     @admin.display(description="Session")
     def session_link(self, obj: Run) -> str:
-        return admin_link(obj.session)
+        return admin_id_link(Session, obj.session_id, obj.session.title or None)
+
+    @admin.display(description="Parent")
+    def parent_link(self, obj: Run) -> str:
+        return admin_id_link(Run, obj.parent_run_id, "parent run")
+
+    @admin.display(description="Duration")
+    def duration(self, obj: Run) -> str:
+        ms = obj.duration_ms
+        return "" if ms is None else f"{ms / 1000:.1f} s"
+
+    @admin.display(description="Timeline")
+    def timeline(self, obj: Run) -> str:
+        url = reverse("admin:runs_app_run_timeline", args=[obj.pk])
+        return format_html('<a href="{}">Every event of this run, in order</a>', url)
 
     @admin.display(description="Parent run")
     def parent_run_link(self, obj: Run) -> str:
@@ -84,6 +143,55 @@ class RunAdmin(ReadOnlyAdmin):
             _changelist_link("run", "parent_run__id__exact", obj.pk, "Child runs"),
         )
 
+    @admin.action(description="Export selected runs as JSON")
+    def export_json(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
+        from goaai.api.export import run_document
+
+        documents = [run_document(run) for run in queryset.order_by("created_at")]
+        body = json.dumps({"format": "goaai.runs.v1", "runs": documents}, default=str)
+        response = HttpResponse(body, content_type="application/json")
+        response["Content-Disposition"] = 'attachment; filename="runs.json"'
+        return response
+
+    @admin.action(description="Export selected runs as CSV")
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponseBase:
+        columns = [
+            "id",
+            "session_id",
+            "agent",
+            "status",
+            "input",
+            "output",
+            "labels",
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "error_kind",
+            "error_message",
+            "parent_run_id",
+            "created_at",
+            "started_at",
+            "ended_at",
+        ]
+        rows = (
+            [json.dumps(value) if isinstance(value, dict) else value for value in row]
+            for row in queryset.order_by("created_at").values_list(*columns).iterator()
+        )
+        return csv_response("runs.csv", columns, rows)
+
+    @admin.action(description="Cancel selected runs that have not ended")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        from goaai.runtime import rt
+
+        open_statuses = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+        runs = list(queryset.filter(status__in=open_statuses).values_list("id", flat=True))
+        for run_id in runs:
+            rt.cancel_run(run_id, reason=f"canceled by operator {request.user.get_username()}")
+        skipped = queryset.count() - len(runs)
+        self.message_user(request, f"Asked {len(runs)} run(s) to stop.", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"{skipped} run(s) had already ended.", messages.INFO)
+
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
@@ -97,9 +205,9 @@ class TurnAdmin(ReadOnlyAdmin):
         "latency_ms",
         "started_at",
     ]
-    list_filter = ["model", "started_at"]
+    list_filter = ["model", *date_range_filters("started_at", "started")]
     search_fields = ["=id", "=run__id", "response_text"]
-    list_select_related = ["run"]
+    ordering = ["-started_at"]
     fields = (
         "id",
         "run_link",
@@ -118,16 +226,34 @@ class TurnAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Run")
     def run_link(self, obj: Turn) -> str:
-        return admin_link(obj.run)
+        return admin_id_link(Run, obj.run_id)
 
 
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
-    list_display = ["id", "name", "status", "error_kind", "run_link", "duration_ms", "created_at"]
-    list_filter = ["status", "name", "error_kind", "requires_approval", "created_at"]
-    search_fields = ["=id", "=run__id", "=session__id", "name"]
-    list_select_related = ["run"]
-    date_hierarchy = "created_at"
+    list_display = [
+        "id",
+        "name",
+        "status",
+        "error_kind",
+        "decision",
+        "run_link",
+        "owner",
+        "duration_ms",
+        "created_at",
+    ]
+    list_filter = [
+        "status",
+        choices_filter("tool", "name", tool_names),
+        "error_kind",
+        "requires_approval",
+        choices_filter("agent", "run__agent", agent_ids),
+        owner_filter("session__owner"),
+        *date_range_filters("created_at"),
+    ]
+    search_fields = ["=id", "=run__id", "=session__id", "=name"]
+    list_select_related = ["session__owner"]
+    ordering = ["-created_at"]
     fields = (
         "id",
         "run_link",
@@ -156,19 +282,30 @@ class ToolCallAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Run")
     def run_link(self, obj: ToolCall) -> str:
-        return admin_link(obj.run)
+        return admin_id_link(Run, obj.run_id)
+
+    @admin.display(description="Owner", ordering="session__owner__username")
+    def owner(self, obj: ToolCall) -> str:
+        return obj.session.owner.get_username()
 
     @admin.display(description="Turn")
     def turn_link(self, obj: ToolCall) -> str:
-        return admin_link(obj.turn)
+        return admin_id_link(Turn, obj.turn_id)
 
 
 @admin.register(RunEvent)
 class RunEventAdmin(ReadOnlyAdmin):
-    list_display = ["seq", "type", "session", "run", "created_at"]
-    list_filter = ["type", "created_at"]
+    list_display = ["seq", "type", "session_link", "run_link", "created_at"]
+    list_filter = ["type", *date_range_filters("created_at")]
     search_fields = ["=session__id", "=run__id"]
-    list_select_related = ["session", "run"]
-    ordering = ["session", "seq"]
+    ordering = ["-id"]
     fields = ("id", "session", "run", "seq", "type", "data", "created_at")
     readonly_fields = fields
+
+    @admin.display(description="Session")
+    def session_link(self, obj: RunEvent) -> str:
+        return admin_id_link(Session, obj.session_id)
+
+    @admin.display(description="Run")
+    def run_link(self, obj: RunEvent) -> str:
+        return admin_id_link(Run, obj.run_id)

@@ -14,7 +14,8 @@ from sessions_app.models import Session
 from tests.factories import SessionFactory, ToolCallFactory
 
 MODELS = [Session, Run, Turn, ToolCall, RunEvent, MemoryEntry, MemoryRevision]
-READ_ONLY = [Run, Turn, ToolCall, RunEvent, MemoryEntry, MemoryRevision]
+# Memory entries are editable by staff (through the services); see tests/admin.
+READ_ONLY = [Run, Turn, ToolCall, RunEvent, MemoryRevision]
 
 
 def _changelist(model) -> str:
