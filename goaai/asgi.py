@@ -2,7 +2,7 @@
 
 import os
 
-from channels.routing import ProtocolTypeRouter
+from channels.routing import ProtocolTypeRouter, URLRouter
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
@@ -10,7 +10,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
 # Build the Django application before anything imports models (Channels' advice).
 django_asgi_app = get_asgi_application()
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+
+from goaai.api.authentication import WebSocketTokenMiddleware  # noqa: E402
+from sessions_app.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        # Origins are checked by the consumers, which close with a documented code.
+        "websocket": AuthMiddlewareStack(
+            WebSocketTokenMiddleware(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)
 
 # A server that starts takes up the runs a crashed predecessor left behind.
 from goaai.runtime import rt  # noqa: E402

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import time
 from typing import Any
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connection
 from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
@@ -16,6 +17,7 @@ from goaai.runtime.errors import InvalidMemoryScope, NotFound
 from goaai.runtime.types import MemoryRecord
 from goaai.runtime.vocabulary import MEMORY_RESOLUTION_ORDER, MemoryScope
 from memory_app.models import MemoryEntry
+from runs_app import lean
 from sessions_app.models import Session
 from sessions_app.selectors import session_owner_and_agent
 
@@ -76,6 +78,14 @@ _SCOPE_RANK = Case(
 _RESOLVE_COLUMNS = (
     "id, key, value, scope, session_id, user_id, agent, version, updated_at, expires_at"
 )
+# On SQLite, fewer: the driver's per-column work costs about as much as a probe. The
+# key and the session are the ones asked for, and an entry's one owner column
+# (user or agent) is all the record needs besides. As text, the timestamps skip the
+# driver's slow generic datetime converter.
+_SQLITE_RESOLVE_COLUMNS = (
+    "id, value, scope, version, CAST(updated_at AS TEXT), CAST(expires_at AS TEXT), "
+    "CASE scope WHEN 'user' THEN user_id WHEN 'agent' THEN agent END"
+)
 
 
 @functools.cache
@@ -100,16 +110,12 @@ def _resolve_sql(vendor: str) -> str:
     ]
     if vendor == "sqlite":
         # SQLite evaluates COALESCE lazily: the scopes are probed in order and the
-        # first hit ends the search, in one statement. (As text, the timestamps skip
-        # the driver's slow generic converter.)
-        columns = _RESOLVE_COLUMNS.replace(
-            "updated_at, expires_at",
-            "CAST(updated_at AS TEXT) AS updated_at, CAST(expires_at AS TEXT) AS expires_at",
-        )
+        # first hit ends the search, in one statement.
         probes = ",\n".join(f"(SELECT rowid FROM {table} WHERE {where})" for where in branches)
-        sql = f"SELECT {columns} FROM {table} WHERE rowid = COALESCE({probes})"
-        for name in ("now", "session", "key"):
-            sql = sql.replace(f"%({name})s", f":{name}")
+        sql = f"SELECT {_SQLITE_RESOLVE_COLUMNS} FROM {table} WHERE rowid = COALESCE({probes})"
+        # Numbered parameters, bound from a tuple (cheaper than names from a dict).
+        for number, name in enumerate(("session", "key", "now"), start=1):
+            sql = sql.replace(f"%({name})s", f"?{number}")
         return sql
     union = " UNION ALL ".join(
         f"SELECT {rank} AS rank, {_RESOLVE_COLUMNS} FROM {table} WHERE {where}"
@@ -119,13 +125,34 @@ def _resolve_sql(vendor: str) -> str:
     return sql
 
 
-def _record(vendor: str, row: tuple[Any, ...]) -> MemoryRecord:
+def _uuid_of_hex(value: str) -> UUID:
+    """A UUID from the 32 hex digits Django stores in SQLite, built the way the
+    standard library builds its own (``UUID._from_int`` in Python 3.14): the generic
+    constructor's argument parsing costs three times as much, on a hot path."""
+    uuid = object.__new__(UUID)
+    object.__setattr__(uuid, "int", int(value, 16))
+    object.__setattr__(uuid, "is_safe", SafeUUID.unknown)
+    return uuid
+
+
+def _sqlite_record(key: str, session_id: UUID, row: tuple[Any, ...]) -> MemoryRecord:
+    entry_id, value, scope, version, updated, expires, owner = row
+    return MemoryRecord(
+        _uuid_of_hex(entry_id),
+        key,
+        json.loads(value),
+        scope,
+        session_id if scope == "session" else None,
+        owner if scope == "user" else None,
+        owner if scope == "agent" else "",
+        version,
+        _sqlite_datetime(updated),
+        _sqlite_datetime(expires) if expires else None,
+    )
+
+
+def _record(row: tuple[Any, ...]) -> MemoryRecord:
     entry_id, key, value, scope, session_id, user_id, agent, version, updated, expires = row
-    if vendor == "sqlite":
-        entry_id = UUID(hex=entry_id)
-        session_id = UUID(hex=session_id) if session_id else None
-        updated = _sqlite_datetime(updated)
-        expires = _sqlite_datetime(expires) if expires else None
     return MemoryRecord(
         entry_id,
         key,
@@ -147,6 +174,28 @@ def _sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
+# The current second as SQLite text, and the second it is for (see _sqlite_now).
+_second: tuple[int, str] = (0, "")
+
+
+def _sqlite_now() -> str:
+    """Now, as naive UTC text comparable with the datetimes Django stores in SQLite.
+
+    Formatting a datetime costs more than the rest of building the query; the text
+    of the current second is kept, and only the microseconds are formatted anew.
+    (Always with six digits: an instant stored without them, at a whole second,
+    compares before its own text with them, so it counts as expired at that very
+    instant, as it does when compared as a datetime.)
+    """
+    global _second
+    micros = time.time_ns() // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    known = _second
+    if known[0] != second:
+        known = _second = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second)))
+    return f"{known[1]}.{fraction:06d}"
+
+
 def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
     """The entry a run in the session reads for ``key``: the session's own, else its
     user's, else its agent's, else the global one. Expired entries are skipped.
@@ -155,31 +204,23 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
     probe per scope through the driver, most specific first, stopping at the first
     hit (an OR of the four conditions would defeat the per-scope unique indexes).
     """
-    db = connections[DEFAULT_DB_ALIAS]
+    db = lean.connected()
     raw = db.connection
-    if raw is None:
-        db.ensure_connection()
-        raw = db.connection
-    vendor = db.vendor
-    sqlite = vendor == "sqlite"
-    now = dt.datetime.now(tz=dt.UTC)
-    params = {
-        "session": session_id.hex if sqlite else session_id,
-        "key": key,
-        "now": now.replace(tzinfo=None).isoformat(sep=" ") if sqlite else now,
-    }
-    if sqlite:
-        row = raw.execute(_resolve_sql(vendor), params).fetchone()
+    if db.vendor == "sqlite":
+        row = raw.execute(_resolve_sql("sqlite"), (session_id.hex, key, _sqlite_now())).fetchone()
+        if row is not None:
+            return _sqlite_record(key, session_id, row)
     else:
         import psycopg
 
+        params = {"session": session_id, "key": key, "now": dt.datetime.now(tz=dt.UTC)}
         # Server-side binding, so that PostgreSQL plans the statement once.
         with psycopg.Cursor(raw) as cursor:
             # Prepared once the connection's threshold is reached (never, with
             # DATABASE_PREPARED=0).
-            row = cursor.execute(_resolve_sql(vendor), params).fetchone()
-    if row is not None:
-        return _record(vendor, row)
+            row = cursor.execute(_resolve_sql(db.vendor), params).fetchone()
+        if row is not None:
+            return _record(row)
     if not Session.objects.filter(pk=session_id).exists():
         raise NotFound(f"No session {session_id}.")
     return None
@@ -207,17 +248,9 @@ def memory_visible_to_session(*, session_id: UUID) -> QuerySet[MemoryEntry]:
     )
 
 
-def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str, Any]]:
-    """Up to ``limit`` live facts a run in the session starts with, as (scope, key,
-    value): the session's own first, then its user's, its agent's, the global ones.
-
-    Each scope is read through its own (owner, key) index with its own limit, so the
-    cost does not grow with the size of the global or agent memory.
-    """
-    owner = session_owner_and_agent(session_id)
-    if owner is None:
-        raise NotFound(f"No session {session_id}.")
-    owner_id, agent = owner
+@functools.cache
+def _context_sql() -> str:
+    """The statement of :func:`memory_context` (built once: every run start reads it)."""
     table = connection.ops.quote_name(MemoryEntry._meta.db_table)
     live = "(expires_at IS NULL OR expires_at > %s)"
     branch = "SELECT * FROM (SELECT {rank} AS rank, scope, key, value FROM " + table
@@ -231,13 +264,25 @@ def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str,
         branch.format(rank=rank) + f" WHERE {condition} ORDER BY key LIMIT %s) AS scope{rank}"
         for rank, condition in enumerate(where)
     ]
-    now = timezone.now()
-    from runs_app import lean
+    return " UNION ALL ".join(branches)
 
+
+def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str, Any]]:
+    """Up to ``limit`` live facts a run in the session starts with, as (scope, key,
+    value): the session's own first, then its user's, its agent's, the global ones.
+
+    Each scope is read through its own (owner, key) index with its own limit, so the
+    cost does not grow with the size of the global or agent memory.
+    """
+    owner = session_owner_and_agent(session_id)
+    if owner is None:
+        raise NotFound(f"No session {session_id}.")
+    owner_id, agent = owner
+    now = timezone.now()
     with lean.cursor() as cursor:
         rows = lean.execute(
             cursor,
-            " UNION ALL ".join(branches),
+            _context_sql(),
             [session_id, now, limit, owner_id, now, limit, agent, now, limit, now, limit],
         ).fetchall()
     rows.sort(key=lambda row: (row[0], row[2]))

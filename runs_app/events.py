@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import queue
+import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any, NamedTuple
 from uuid import UUID
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 def session_group(session_id: UUID | str) -> str:
     """The channel-layer group of a session's live subscribers."""
-    return f"session.{UUID(str(session_id)).hex}"
+    return f"session.{(session_id if type(session_id) is UUID else UUID(str(session_id))).hex}"
 
 
 class Event(NamedTuple):
@@ -52,22 +53,48 @@ class Event(NamedTuple):
     created_at: dt.datetime
 
 
-@dataclass
 class EventBatch:
     """The events of one transaction of one session, numbered on flush."""
 
-    session_id: UUID
-    # The session's counter as this transaction found it, plus what it reserved.
-    last_seq: int
-    reserved: int
-    session_status: str
-    session_owner_id: int
-    session_agent: str
-    cursor: Any
-    pending: list[tuple[str, dict[str, Any], UUID | None]] = field(default_factory=list)
-    # Set when the batch runs its own transaction (see ``recording(fast=True)``):
-    # what to do once it has committed.
-    after_commit: list[Callable[[], None]] | None = None
+    __slots__ = (
+        "after_commit",
+        "cursor",
+        "last_seq",
+        "now",
+        "pending",
+        "reserved",
+        "session_agent",
+        "session_id",
+        "session_owner_id",
+        "session_status",
+    )
+
+    def __init__(
+        self,
+        *,
+        session_id: UUID,
+        last_seq: int,
+        reserved: int,
+        session_status: str,
+        session_owner_id: int,
+        session_agent: str,
+        cursor: Any,
+        now: dt.datetime | None = None,
+    ) -> None:
+        self.session_id = session_id
+        # The session's counter as this transaction found it, plus what it reserved.
+        self.last_seq = last_seq
+        self.reserved = reserved
+        self.session_status = session_status
+        self.session_owner_id = session_owner_id
+        self.session_agent = session_agent
+        self.cursor = cursor
+        self.pending: list[tuple[str, dict[str, Any], UUID | None]] = []
+        # Set when the batch runs its own transaction (see ``recording(fast=True)``):
+        # what to do once it has committed.
+        self.after_commit: list[Callable[[], None]] | None = None
+        # The step's time: its rows and its events carry the same instant.
+        self.now = now or timezone.now()
 
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
         self.pending.append((type, data, run_id))
@@ -78,43 +105,63 @@ class EventBatch:
         if count != self.reserved:
             # Fewer or more events than reserved: move the counter by the difference,
             # so that it ends exactly at the last event written (no gap).
-            lean.execute(
-                self.cursor,
-                f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s",
-                [count - self.reserved, self.session_id],
-            )
+            lean.execute(self.cursor, _MOVE_COUNTER, [count - self.reserved, self.session_id])
             self.reserved = count
         if not count:
             return []
-        now = timezone.now()
+        now = self.now
+        session_id = self.session_id
+        first = self.last_seq + 1
         events = [
-            Event(self.session_id, run_id, self.last_seq + position, type, data, now)
-            for position, (type, data, run_id) in enumerate(self.pending, start=1)
+            Event(session_id, run_id, first + position, type, data, now)
+            for position, (type, data, run_id) in enumerate(self.pending)
         ]
-        # One multi-row INSERT: one round trip however many events the step wrote.
-        lean.execute(
-            self.cursor,
-            f"INSERT INTO {_EVENTS} (session_id, run_id, seq, type, data, created_at) VALUES "
-            + ", ".join(["(%s, %s, %s, %s, %j, %s)"] * count),
-            [value for event in events for value in event],
-        )
+        if count == 1:
+            lean.execute(self.cursor, _INSERT_EVENT, events[0])
+        elif lean.vendor() == "sqlite":
+            # SQLite runs a multi-row VALUES as a subquery, slower than the
+            # one-row statement run once a row (still one call into the driver).
+            lean.executemany(self.cursor, _INSERT_EVENT, events)
+        else:
+            # One round trip however many events the step wrote.
+            lean.execute(
+                self.cursor,
+                _insert_events(count),
+                [value for event in events for value in event],
+            )
         self.last_seq += count
         self.reserved = 0
         self.pending = []
+        owner_id = self.session_owner_id
         if self.after_commit is not None:
-            self.after_commit.append(lambda: publish_events(events))
+            self.after_commit.append(lambda: publish_events(events, owner_id))
         else:
-            transaction.on_commit(lambda: publish_events(events))
+            transaction.on_commit(lambda: publish_events(events, owner_id))
         return events
 
 
 _SESSIONS = Session._meta.db_table
 _EVENTS = RunEvent._meta.db_table
+_EVENT_COLUMNS = "session_id, run_id, seq, type, data, created_at"
+_INSERT_EVENT = f"INSERT INTO {_EVENTS} ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %j, %s)"
+_MOVE_COUNTER = f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s"
+_OPEN = (
+    f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s "
+    "RETURNING last_event_seq, status, owner_id, agent"
+)
 
 
-@contextmanager
-def recording(session_id: UUID, *, expect: int = 0, fast: bool = False) -> Iterator[EventBatch]:
-    """A transaction on one session whose events are numbered and stored on exit.
+@functools.cache
+def _insert_events(count: int) -> str:
+    # One text per count, so that the driver prepares each shape once.
+    return f"INSERT INTO {_EVENTS} ({_EVENT_COLUMNS}) VALUES " + ", ".join(
+        ["(%s, %s, %s, %s, %j, %s)"] * count
+    )
+
+
+def recording(session_id: UUID, *, expect: int = 0, fast: bool = False) -> _Recording:
+    """A transaction on one session whose events are numbered and stored on exit
+    (a context manager that gives the :class:`EventBatch`).
 
     It starts by moving the session's event counter by ``expect`` (the number of
     events the caller will add, when it knows): that one statement both locks the
@@ -127,24 +174,112 @@ def recording(session_id: UUID, *, expect: int = 0, fast: bool = False) -> Itera
     which costs a fraction of Django's transaction handling. Inside an ``atomic``
     block it joins that block as usual.
     """
-    session_uuid = session_id if isinstance(session_id, UUID) else UUID(str(session_id))
-    if fast and not connection.in_atomic_block and connection.get_autocommit():
-        with lean.cursor() as cursor:
-            yield from _own_transaction(cursor, session_uuid, expect)
-        return
-    with transaction.atomic(), lean.cursor() as cursor:
-        batch = _open(cursor, session_uuid, expect)
-        yield batch
-        batch.flush()
+    return _Recording(session_id, expect, fast)
+
+
+class _Recording:
+    """:func:`recording`. A class rather than a generator: every step of a run
+    enters one, and a generator-based context manager costs several times more."""
+
+    __slots__ = ("atomic", "batch", "expect", "fast", "session_id")
+
+    def __init__(self, session_id: UUID, expect: int, fast: bool) -> None:
+        self.session_id = session_id if type(session_id) is UUID else UUID(str(session_id))
+        self.expect = expect
+        self.fast = fast
+        self.atomic: transaction.Atomic | None = None
+
+    def __enter__(self) -> EventBatch:
+        if self.fast:
+            # Connects if needed, and refuses to run in an event loop, as Django does.
+            db = lean.connected()
+            if db.autocommit and not db.in_atomic_block:
+                return self._begin(db)
+        else:
+            db = lean.thread_connection()
+        atomic = transaction.atomic()
+        atomic.__enter__()
+        self.atomic = atomic
+        try:
+            cursor = lean.driver_cursor(db)
+            try:
+                self.batch = _open(cursor, self.session_id, self.expect)
+            except BaseException:
+                cursor.close()
+                raise
+        except BaseException:
+            atomic.__exit__(*sys.exc_info())
+            raise
+        return self.batch
+
+    def _begin(self, db: Any) -> EventBatch:
+        # The same isolation Django's atomic gives: SQLite takes its write lock at once
+        # (as the IMMEDIATE transaction mode of the settings does), PostgreSQL reads
+        # committed.
+        cursor = lean.driver_cursor(db)
+        try:
+            lean.command(cursor, "BEGIN IMMEDIATE" if lean.vendor() == "sqlite" else "BEGIN")
+            try:
+                batch = _open(cursor, self.session_id, self.expect)
+            except BaseException:
+                self._roll_back(cursor)
+                raise
+        except BaseException:
+            cursor.close()
+            raise
+        batch.after_commit = []
+        self.batch = batch
+        return batch
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        batch = self.batch
+        cursor = batch.cursor
+        atomic = self.atomic
+        if atomic is not None:
+            try:
+                try:
+                    if exc_type is None:
+                        batch.flush()
+                finally:
+                    cursor.close()
+            except BaseException:
+                atomic.__exit__(*sys.exc_info())
+                raise
+            atomic.__exit__(exc_type, exc, traceback)
+            return
+        try:
+            if exc_type is not None:
+                self._roll_back(cursor)
+                return
+            try:
+                batch.flush()
+                lean.command(cursor, "COMMIT")
+            except BaseException:
+                self._roll_back(cursor)
+                raise
+        finally:
+            cursor.close()
+        for callback in batch.after_commit or ():
+            try:
+                callback()
+            except Exception:
+                logger.exception("An after-commit step of session %s failed", self.session_id)
+
+    def _roll_back(self, cursor: Any) -> None:
+        try:
+            lean.command(cursor, "ROLLBACK")
+        except Exception:
+            # The original error says more than a failed rollback on a broken link.
+            logger.exception("Rolling back a step of session %s failed", self.session_id)
 
 
 def _open(cursor: Any, session_id: UUID, expect: int) -> EventBatch:
-    row = lean.execute(
-        cursor,
-        f"UPDATE {_SESSIONS} SET last_event_seq = last_event_seq + %s WHERE id = %s "
-        "RETURNING last_event_seq, status, owner_id, agent",
-        [expect, session_id],
-    ).fetchone()
+    row = lean.execute(cursor, _OPEN, [expect, session_id]).fetchone()
     if row is None:
         raise NotFound(f"No session {session_id}.")
     return EventBatch(
@@ -158,31 +293,6 @@ def _open(cursor: Any, session_id: UUID, expect: int) -> EventBatch:
     )
 
 
-def _own_transaction(cursor: Any, session_id: UUID, expect: int) -> Iterator[EventBatch]:
-    # The same isolation Django's atomic gives: SQLite takes its write lock at once
-    # (as the IMMEDIATE transaction mode of the settings does), PostgreSQL reads
-    # committed.
-    lean.command(cursor, "BEGIN IMMEDIATE" if lean.vendor() == "sqlite" else "BEGIN")
-    try:
-        batch = _open(cursor, session_id, expect)
-        batch.after_commit = []
-        yield batch
-        batch.flush()
-        lean.command(cursor, "COMMIT")
-    except BaseException:
-        try:
-            lean.command(cursor, "ROLLBACK")
-        except Exception:
-            # The original error says more than a failed rollback on a broken link.
-            logger.exception("Rolling back a step of session %s failed", session_id)
-        raise
-    for callback in batch.after_commit:
-        try:
-            callback()
-        except Exception:
-            logger.exception("An after-commit step of session %s failed", session_id)
-
-
 def event_as_dict(event: RunEvent | Event) -> dict[str, Any]:
     """An event as the API, the live stream and exports show it."""
     return {
@@ -194,18 +304,51 @@ def event_as_dict(event: RunEvent | Event) -> dict[str, Any]:
     }
 
 
+# The events a session list shows: they also go to the owner's stream of changes.
+SESSION_LIST_EVENTS = frozenset(
+    {
+        "session.created",
+        "session.updated",
+        "session.ended",
+        "run.created",
+        "run.started",
+        "run.awaiting_input",
+        "run.resumed",
+        "run.completed",
+        "run.failed",
+        "run.canceled",
+        "run.timed_out",
+    }
+)
+
+
+def user_group(user_id: int) -> str:
+    """The channel-layer group of one user's session-list subscribers."""
+    return f"user.{int(user_id)}"
+
+
 class _Publisher:
     """Sends to the channel layer from one background thread, in commit order.
 
     A run's worker only puts committed events on a queue: a slow or unreachable
     channel layer never slows the run, and subscribers that miss a message catch
     up from the database by sequence number.
+
+    The in-memory layer (the embedded default) keeps asyncio queues that belong to
+    the server's event loop, so its messages are handed to that loop (which
+    subscribers register with :meth:`attach_loop`); other layers are sent to from
+    this thread's own loop.
     """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Deliver in-memory messages on ``loop``, where the subscribers wait."""
+        self._server_loop = loop
 
     @staticmethod
     def listened(group: str) -> bool:
@@ -214,10 +357,12 @@ class _Publisher:
         layer = get_channel_layer()
         if layer is None:
             return False
-        groups = getattr(layer, "groups", None)
-        return not isinstance(layer, InMemoryChannelLayer) or bool(groups and group in groups)
+        # Only the in-memory layer is asked for its groups: RedisPubSubChannelLayer
+        # answers attributes through the running loop's layer, and a committing
+        # thread has none.
+        return not isinstance(layer, InMemoryChannelLayer) or group in layer.groups
 
-    def send(self, group: str, message: dict[str, Any] | list[Event]) -> None:
+    def send(self, group: str, message: dict[str, Any] | tuple[list[Event], int | None]) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -231,21 +376,50 @@ class _Publisher:
         loop = asyncio.new_event_loop()
         while True:
             group, item = self._queue.get()
-            if isinstance(item, list):
-                # Formatting happens here, off the run's worker thread.
-                message = {"type": "session.events", "events": [event_as_dict(e) for e in item]}
-            elif item.get("type") == "_drain":
+            if isinstance(item, dict) and item.get("type") == "_drain":
                 item["done"].set()
                 continue
-            else:
-                message = item
             layer = get_channel_layer()
             if layer is None:
                 continue
-            try:
-                loop.run_until_complete(layer.group_send(group, message))
-            except Exception:
-                logger.exception("Publishing to %s failed", group)
+            for target, message in self._messages(group, item):
+                try:
+                    self._deliver(loop, layer, target, message)
+                except Exception:
+                    logger.exception("Publishing to %s failed", target)
+
+    @staticmethod
+    def _messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
+        if not isinstance(item, tuple):
+            return [(group, item)]
+        # Formatting happens here, off the run's worker thread.
+        events, owner_id = item
+        formatted = [event_as_dict(event) for event in events]
+        messages: list[tuple[str, dict[str, Any]]] = [
+            (group, {"type": "session.events", "events": formatted})
+        ]
+        if owner_id is not None:
+            session = str(events[0].session_id)
+            messages += [
+                (user_group(owner_id), {"type": "user.change", "event": {**e, "session": session}})
+                for e in formatted
+                if e["type"] in SESSION_LIST_EVENTS
+            ]
+        return messages
+
+    def _deliver(
+        self, loop: asyncio.AbstractEventLoop, layer: Any, group: str, message: dict[str, Any]
+    ) -> None:
+        if isinstance(layer, InMemoryChannelLayer):
+            server = self._server_loop
+            if server is None or server.is_closed():
+                return
+            if group not in layer.groups:
+                return
+            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), server)
+            future.result(timeout=5)
+        else:
+            loop.run_until_complete(layer.group_send(group, message))
 
     def drain(self, timeout: float = 5.0) -> None:
         """Wait until everything queued so far was sent (for tests and shutdown)."""
@@ -259,12 +433,23 @@ class _Publisher:
 publisher = _Publisher()
 
 
-def publish_events(events: list[Event]) -> None:
-    """Queue committed events for the session's live subscribers."""
-    if events:
-        group = session_group(events[0].session_id)
-        if publisher.listened(group):
-            publisher.send(group, events)
+def publish_events(events: list[Event], owner_id: int | None = None) -> None:
+    """Queue committed events for the session's live subscribers, and the ones a
+    session list shows for the owner's (``owner_id``) stream of changes."""
+    if not events:
+        return
+    group = session_group(events[0].session_id)
+    to_owner = owner_id is not None and publisher.listened(user_group(owner_id))
+    if to_owner or publisher.listened(group):
+        publisher.send(group, (events, owner_id if to_owner else None))
+
+
+def publish_user_change(owner_id: int, event: dict[str, Any]) -> None:
+    """Queue a change that is not in any session's log (a deleted session) for the
+    owner's stream of changes."""
+    group = user_group(owner_id)
+    if publisher.listened(group):
+        publisher.send(group, {"type": "user.change", "event": event})
 
 
 def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:

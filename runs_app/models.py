@@ -20,6 +20,8 @@ from goaai.runtime.vocabulary import (
 )
 
 ERROR_KIND_CHOICES = choices(ErrorKind)
+# What a person decided about a tool call that asked them.
+DECISION_CHOICES = [("approved", "Approved"), ("denied", "Denied"), ("answered", "Answered")]
 
 
 class Run(models.Model):
@@ -175,11 +177,7 @@ class ToolCall(models.Model):
         related_name="+",
     )
     decided_at = models.DateTimeField(null=True, blank=True)
-    decision = models.CharField(
-        max_length=16,
-        choices=[("approved", "Approved"), ("denied", "Denied"), ("answered", "Answered")],
-        blank=True,
-    )
+    decision = models.CharField(max_length=16, choices=DECISION_CHOICES, blank=True)
     decision_reason = models.TextField(blank=True)
     # How many times execution of the call began (a resumed run may retry an
     # idempotent tool whose worker died mid-call).

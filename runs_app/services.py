@@ -9,11 +9,13 @@ the target, so two writers racing (a cancel and a completion, say) cannot both w
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection
 from django.db.models import F, Q
 from django.utils import timezone
@@ -86,7 +88,7 @@ def run_create(
     with recording(session_id, expect=1 + len(policy_decisions or []), fast=True) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
-        now = timezone.now()
+        now = batch.now
         run = lean.create(
             batch.cursor,
             Run,
@@ -150,16 +152,14 @@ def _transition(
     # Starting and resuming both lead to running, each from one status only.
     allowed = [only_from] if only_from else sorted(sources_of(target))
     assignments = ["status = %s", "updated_at = %s"]
-    values: list[Any] = [target, timezone.now()]
+    values: list[Any] = [target, batch.now]
     for name, value in changes.items():
-        field = _RUN_FIELDS[name]
-        column = connection.ops.quote_name(field.column)
+        column, mark = _run_column(name)
         if isinstance(value, Increment):
             assignments.append(f"{column} = {column} + %s")
             values.append(value.amount)
         else:
-            is_json = field.get_internal_type() == "JSONField"
-            assignments.append(f"{column} = {'%j' if is_json else '%s'}")
+            assignments.append(f"{column} = {mark}")
             values.append(value)
     marks = ", ".join(["%s"] * len(allowed))
     row = lean.execute(
@@ -174,6 +174,14 @@ def _transition(
             raise NotFound(f"No run {run_id}.")
         raise IllegalTransition(run_id, current, target)
     return lean.load(Run, row)
+
+
+@functools.cache
+def _run_column(name: str) -> tuple[str, str]:
+    """A Run field's quoted column and the placeholder its values take."""
+    field = _RUN_FIELDS[name]
+    is_json = field.get_internal_type() == "JSONField"
+    return connection.ops.quote_name(field.column), "%j" if is_json else "%s"
 
 
 @dataclass(frozen=True)
@@ -198,7 +206,7 @@ def run_start(*, run_id: UUID) -> Run:
 
 
 def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any) -> Run:
-    now = timezone.now()
+    now = batch.now
     run = _transition(batch, run_id, status, ended_at=now, **changes)
     if status != RunStatus.COMPLETED:
         # Agents this run called, and that still wait or work, stop with it.
@@ -207,12 +215,19 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             status__in=[RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
         ).values_list("id", flat=True):
             _cancel_or_flag(batch, child_id, f"its parent run {run_id} ended {status}")
-    # Steps still open when a run ends were cut short with it.
-    lean.execute(
+    # Steps still open when a run ends were cut short with it, and the log says so.
+    cut_short = lean.execute(
         batch.cursor,
-        f"UPDATE {_CALLS} SET status = %s, ended_at = %s WHERE run_id = %s AND status IN (%s, %s)",
+        f"UPDATE {_CALLS} SET status = %s, ended_at = %s WHERE run_id = %s AND status IN (%s, %s) "
+        "RETURNING id, name",
         [ToolCallStatus.CANCELED, now, run_id, ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING],
-    )
+    ).fetchall()
+    for call_id, name in cut_short:
+        batch.add(
+            EventType.TOOL_CALL_CANCELED,
+            {"tool_call": str(call_id), "name": name, "reason": f"the run {status}"},
+            run_id=run_id,
+        )
     return run
 
 
@@ -401,6 +416,15 @@ def run_respond(
             )
         now = timezone.now()
         call = ToolCall.objects.get(pk=waited_call)
+        # Who decided, by name too: the log is read by people who do not know user ids.
+        decider = (
+            get_user_model()
+            .objects.filter(pk=decided_by_id)
+            .values_list("username", flat=True)
+            .first()
+            if decided_by_id is not None
+            else None
+        )
         if awaiting.get("kind") == "question":
             if answer is None:
                 raise IllegalTransition(run_id, "waiting for an answer", "a decision")
@@ -422,6 +446,7 @@ def run_respond(
                     "name": call.name,
                     "decision": "answered",
                     "decided_by": decided_by_id,
+                    "decided_by_name": decider,
                 },
                 run_id=run_id,
             )
@@ -456,6 +481,7 @@ def run_respond(
                     "decision": changes["decision"],
                     "reason": reason,
                     "decided_by": decided_by_id,
+                    "decided_by_name": decider,
                 },
                 run_id=run_id,
             )
@@ -522,9 +548,9 @@ def run_claim(
     (its lease expired, or it was released after an answer) is taken over, and
     taking over from a dead worker is recorded as ``run.resumed``.
     """
-    now = timezone.now()
-    expires = now + dt.timedelta(seconds=lease_seconds)
     with recording(session_id or _session_of_run(run_id), expect=1, fast=True) as batch:
+        now = batch.now
+        expires = now + dt.timedelta(seconds=lease_seconds)
         try:
             run = _transition(
                 batch,
@@ -605,7 +631,7 @@ def turn_start(
                 index=index,
                 model=model,
                 request_messages=request_messages,
-                started_at=timezone.now(),
+                started_at=batch.now,
             )
         except IntegrityError as exc:
             raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}") from exc
@@ -687,7 +713,7 @@ def turn_complete(
                 input_tokens,
                 output_tokens,
                 latency_ms,
-                timezone.now(),
+                batch.now,
                 model or current_model,
                 turn_id,
             ],
@@ -750,8 +776,8 @@ def tool_call_schedule(
         raise IllegalTransition(call_id, "waiting for approval", "running", what="Tool call")
     if run_id is None or session_id is None:
         run_id, session_id, _, _ = _turn_keys(turn_id)
-    now = timezone.now()
     with recording(session_id, expect=2 if requires_approval or start else 1, fast=True) as batch:
+        now = batch.now
         call = lean.create(
             batch.cursor,
             ToolCall,
@@ -827,7 +853,7 @@ def tool_call_begin(
             "WHERE id = %s AND status IN (%s, %s) RETURNING attempt",
             [
                 ToolCallStatus.RUNNING,
-                now or timezone.now(),
+                now or batch.now,
                 tool_call_id,
                 ToolCallStatus.SCHEDULED,
                 ToolCallStatus.RUNNING,
@@ -879,7 +905,7 @@ def tool_call_finish(
     run_id, session_id, name, started = keys or _tool_call_keys(tool_call_id)
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
     with recording(session_id, expect=1, fast=True) as batch:
-        now = timezone.now()
+        now = batch.now
         duration = int((now - started).total_seconds() * 1000) if started else None
         updated = lean.execute(
             batch.cursor,

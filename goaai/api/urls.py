@@ -15,6 +15,7 @@ from runs_app.api.views import (
     ToolCallViewSet,
     TurnViewSet,
 )
+from sessions_app.api import sse
 from sessions_app.api.views import ApiTokenViewSet, SessionViewSet
 
 router = SimpleRouter()
@@ -28,6 +29,13 @@ router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 app_name = "api"
 
 urlpatterns = [
+    # Live streams (Server-Sent Events): plain async views, outside DRF.
+    path("sessions/stream/", sse.session_list_stream, name="session-list-stream"),
+    path(
+        "sessions/<uuid:session_id>/events/stream/",
+        sse.session_event_stream,
+        name="session-event-stream",
+    ),
     path(
         "sessions/<uuid:session_id>/runs/",
         SessionRunViewSet.as_view({"get": "list", "post": "create"}),

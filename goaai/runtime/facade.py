@@ -380,7 +380,9 @@ class Runtime:
         if scope is None:
             if session is None:
                 raise ValueError("get_memory needs a session, or an explicit scope.")
-            return self.store.resolve_memory(key=key, session_id=_uuid(session))
+            # A session's id as such is the common case, on a hot path: no lookups.
+            session_id = session if type(session) is UUID else _uuid(session)
+            return self.store.resolve_memory(key=key, session_id=session_id)
         return self.store.get_memory(
             key=key,
             scope=scope,

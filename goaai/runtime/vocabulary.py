@@ -117,6 +117,8 @@ class EventType(StrEnum):
     TOOL_CALL_FAILED = "tool_call.failed"
     TOOL_CALL_APPROVAL_REQUESTED = "tool_call.approval_requested"
     TOOL_CALL_DECIDED = "tool_call.decided"
+    # A call still scheduled or running when its run ended (canceled, failed, timed out).
+    TOOL_CALL_CANCELED = "tool_call.canceled"
     RUN_AWAITING_INPUT = "run.awaiting_input"
     RUN_RESUMED = "run.resumed"
     MEMORY_STORED = "memory.stored"

@@ -1,0 +1,166 @@
+"""Live updates over WebSocket: a session's events and token deltas, and the
+session-list changes of one user. The frames and close codes are documented in the
+README ("Live updates")."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from runs_app.events import session_group, user_group
+from sessions_app.streams import (
+    CATCH_UP_PAGE,
+    CLOSE_NO_SESSION,
+    CLOSE_NOT_ALLOWED,
+    CLOSE_NOT_AUTHENTICATED,
+    CLOSE_RESYNC,
+    MAX_LIVE_GAP,
+    Sequencer,
+    events_after,
+    origin_allowed,
+    parse_after,
+    session_visible,
+    subscribe,
+)
+
+# The largest frame a client may send (clients send only small control frames).
+MAX_CLIENT_FRAME = 16 * 1024
+CLOSE_BAD_REQUEST = 4400
+
+
+class _Consumer(AsyncWebsocketConsumer):
+    """Authentication, origin checks and the client's control frames."""
+
+    groups_joined: list[str]
+
+    async def admit(self) -> Any:
+        """Accept the socket and return the user, or close it with the code that
+        says why not (a close code reaches the client only after accepting)."""
+        self.groups_joined = []
+        await self.accept()
+        if not origin_allowed(dict(self.scope.get("headers", []))):
+            await self.close(CLOSE_NOT_ALLOWED)
+            return None
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(CLOSE_NOT_AUTHENTICATED)
+            return None
+        return user
+
+    async def join(self, group: str) -> None:
+        await subscribe(self.channel_layer, group, self.channel_name)
+        self.groups_joined.append(group)
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+
+    async def error(self, code: str, detail: str) -> None:
+        await self.send_frame({"type": "error", "code": code, "detail": detail})
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None:
+            await self.error("binary_frame", "Send JSON text frames.")
+            return
+        if len(text_data) > MAX_CLIENT_FRAME or len(text_data.encode()) > MAX_CLIENT_FRAME:
+            await self.error("frame_too_large", f"Frames are at most {MAX_CLIENT_FRAME} bytes.")
+            return
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            await self.error("invalid_json", "The frame is not JSON.")
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            await self.error("invalid_frame", 'A frame is an object with a "type".')
+            return
+        if frame["type"] == "ping":
+            await self.send_frame({"type": "pong"})
+            return
+        await self.error("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")
+
+
+class SessionConsumer(_Consumer):
+    """``/ws/sessions/<id>/?after=N``: the session's events after N, then live."""
+
+    async def connect(self) -> None:
+        user = await self.admit()
+        if user is None:
+            return
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        if not await session_visible(session_id, user):
+            await self.close(CLOSE_NO_SESSION)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
+        after = parse_after((query.get("after") or [None])[0])
+        if after is None:
+            await self.error("invalid_after", "after is a non-negative integer.")
+            await self.close(CLOSE_BAD_REQUEST)
+            return
+        # Join before reading: an event committed after the read is then published
+        # to this socket; one that comes both ways is dropped by its sequence number.
+        await self.join(session_group(session_id))
+        self.sequencer = Sequencer(session_id=session_id, last=after)
+        while True:
+            page = await events_after(session_id, self.sequencer.last)
+            ready, _ = self.sequencer.take(page)
+            await self.send_events(ready)
+            if len(page) < CATCH_UP_PAGE:
+                break
+        await self.send_frame({"type": "caught_up", "seq": self.sequencer.last})
+
+    async def send_events(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            await self.send_frame({"type": "event", "event": event})
+
+    async def session_events(self, message: dict[str, Any]) -> None:
+        if not hasattr(self, "sequencer"):
+            return
+        ready, gap = self.sequencer.take(message["events"])
+        await self.send_events(ready)
+        if gap:
+            if self.sequencer.gap() > MAX_LIVE_GAP:
+                await self.send_frame({"type": "resync", "after": self.sequencer.last})
+                await self.close(CLOSE_RESYNC)
+                return
+            await self.send_events(await self.sequencer.fill())
+
+    async def run_delta(self, message: dict[str, Any]) -> None:
+        if hasattr(self, "sequencer"):
+            await self.send_frame(
+                {
+                    "type": "delta",
+                    "run": message["run"],
+                    "turn": message["turn"],
+                    "text": message["text"],
+                }
+            )
+
+
+class SessionListConsumer(_Consumer):
+    """``/ws/sessions/``: the caller's session-level changes, for a session list
+    (created, renamed, ended, deleted, and each run's status). Not replayed: a
+    client that reconnects reloads the list."""
+
+    async def connect(self) -> None:
+        user = await self.admit()
+        if user is None:
+            return
+        await self.join(user_group(user.pk))
+        await self.send_frame({"type": "ready"})
+
+    async def user_change(self, message: dict[str, Any]) -> None:
+        await self.send_frame({"type": "event", "event": message["event"]})
+
+
+class NoSuchStream(AsyncWebsocketConsumer):
+    """Any other WebSocket path: accepted only to be closed with 4404."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(CLOSE_NO_SESSION)

@@ -1,0 +1,593 @@
+"""The session WebSocket, ``/ws/sessions/<id>/?after=N``, through the real ASGI
+application (authentication middleware, routing, consumer) in this process.
+
+Runs execute on the thread executor's worker threads and publish through the
+in-memory channel layer to this test's event loop, as they do under one ASGI server.
+Every list of events a socket received is compared with the session's log in the
+database: same events, same order, nothing missing, nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.db import connections
+from django.test import Client
+
+from goaai.asgi import application
+from goaai.runtime import rt
+from goaai.runtime.models import scripted
+from runs_app import events as runs_events
+from runs_app.events import event_as_dict, publisher, session_group
+from runs_app.models import RunEvent
+from sessions_app.services import api_token_create, api_token_revoke, session_update
+
+TIMEOUT = 5
+REMEMBER = "remember my favourite colour is green"
+REMEMBERED = "Got it. I'll remember in this conversation that your favourite colour is green."
+
+Headers = list[tuple[bytes, bytes]]
+OpenSocket = Callable[..., Awaitable[WebsocketCommunicator]]
+
+
+# Fixtures
+
+
+@pytest.fixture
+def runtime():
+    """Runs on worker threads, so that this test's event loop receives meanwhile."""
+    rt.reset()
+    rt.configure(executor="thread")
+    yield rt
+    rt.reset()  # waits for the runs still going
+    publisher.drain()
+    # The in-memory layer outlives the test; its groups must not reach the next one.
+    layer = get_channel_layer()
+    layer.channels.clear()
+    layer.groups.clear()
+
+
+@pytest.fixture
+async def open_socket(runtime) -> AsyncIterator[OpenSocket]:
+    """Connects sockets, and disconnects them all when the test ends."""
+    opened: list[WebsocketCommunicator] = []
+
+    async def connect(path: str, headers: Headers | None = None) -> WebsocketCommunicator:
+        socket = WebsocketCommunicator(application, path, headers=headers or [])
+        opened.append(socket)
+        connected, _ = await socket.connect(timeout=TIMEOUT)
+        # Consumers accept first, so that a refusal can carry its close code.
+        assert connected
+        return socket
+
+    yield connect
+    for socket in opened:
+        # One that timed out was cancelled, and one that crashed raised already.
+        if not socket.future.done():
+            await socket.disconnect(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def token(owner) -> str:
+    return api_token_create(user_id=owner.pk, name="live tests")[1]
+
+
+@pytest.fixture
+def auth(token) -> Headers:
+    return bearer(token)
+
+
+@pytest.fixture
+def session(runtime, owner) -> UUID:
+    """A session with one finished run: 15 stored events."""
+    session = rt.create_session(owner=owner)
+    assert rt.run("assistant", REMEMBER, session=session.id, timeout=30).output == REMEMBERED
+    return session.id
+
+
+@pytest.fixture
+def slow_answers(monkeypatch) -> threading.Event:
+    """Each word of an answer takes 20 ms to stream, so that a run lasts long enough
+    for a client to connect or drop out in its middle. Gives an event set when an
+    answer starts streaming: the run then holds no transaction for a while, which
+    SQLite's shared in-memory test database needs to let another connection read
+    (it answers "table is locked" instead of waiting)."""
+    stream = scripted._stream
+    streaming = threading.Event()
+
+    def slow(text: str, on_delta: Any) -> None:
+        def each(piece: str) -> None:
+            time.sleep(0.02)
+            on_delta(piece)
+
+        if on_delta is not None:
+            streaming.set()
+            stream(text, each)
+
+    monkeypatch.setattr(scripted, "_stream", slow)
+    return streaming
+
+
+async def wait_for(flag: threading.Event) -> None:
+    assert await sync_to_async(flag.wait, thread_sensitive=False)(TIMEOUT)
+
+
+# Helpers
+
+
+def bearer(raw: str) -> Headers:
+    return [(b"authorization", f"Bearer {raw}".encode())]
+
+
+def url(session_id: UUID | str, query: str = "") -> str:
+    return f"/ws/sessions/{session_id}/" + (f"?{query}" if query else "")
+
+
+@database_sync_to_async
+def stored(session_id: UUID, after: int = 0) -> list[dict[str, Any]]:
+    """The session's log after ``after``, as the socket shows it (JSON and back)."""
+    rows = RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")
+    return [json.loads(json.dumps(event_as_dict(row))) for row in rows]
+
+
+@database_sync_to_async
+def start(session_id: UUID, prompt: str = REMEMBER) -> UUID:
+    return rt.start("assistant", prompt, session=session_id).run_id
+
+
+async def frames_until(
+    socket: WebsocketCommunicator, done: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Every frame up to and including the first one ``done`` accepts."""
+    frames = []
+    while True:
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+        frames.append(frame)
+        if done(frame):
+            return frames
+
+
+async def backlog(socket: WebsocketCommunicator) -> tuple[list[dict[str, Any]], int]:
+    """The events sent before ``caught_up``, and the seq ``caught_up`` names."""
+    frames = await frames_until(socket, lambda f: f["type"] == "caught_up")
+    assert {f["type"] for f in frames[:-1]} <= {"event"}
+    return [f["event"] for f in frames[:-1]], frames[-1]["seq"]
+
+
+def events_of(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f["event"] for f in frames if f["type"] == "event"]
+
+
+def is_event(kind: str, count: int = 1) -> Callable[[dict[str, Any]], bool]:
+    """A ``done`` for :func:`frames_until`: the ``count``-th event of type ``kind``."""
+    seen = 0
+
+    def done(frame: dict[str, Any]) -> bool:
+        nonlocal seen
+        if frame["type"] == "event" and frame["event"]["type"] == kind:
+            seen += 1
+        return seen == count
+
+    return done
+
+
+async def closed_with(socket: WebsocketCommunicator) -> int:
+    message = await socket.receive_output(timeout=TIMEOUT)
+    assert message["type"] == "websocket.close", message
+    return message["code"]
+
+
+async def still_usable(socket: WebsocketCommunicator) -> None:
+    """A ping is answered by a pong, and by nothing before it."""
+    await socket.send_json_to({"type": "ping"})
+    assert await socket.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+
+
+# Replay
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_connecting_without_after_replays_the_whole_log_then_caught_up(
+    open_socket, session, auth
+):
+    socket = await open_socket(url(session), auth)
+
+    events, caught_up = await backlog(socket)
+
+    log = await stored(session)
+    assert len(log) == 15
+    assert events == log
+    assert caught_up == 15
+    assert await socket.receive_nothing(0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_after_n_replays_only_the_later_events(open_socket, session, auth):
+    log = await stored(session)
+
+    for after in (0, 1, 9, 14):
+        socket = await open_socket(url(session, f"after={after}"), auth)
+        events, caught_up = await backlog(socket)
+
+        assert (events, caught_up) == (log[after:], 15), after
+    # At or beyond the last event: caught_up, and nothing else.
+    for after in (15, 16, 10**6):
+        socket = await open_socket(url(session, f"after={after}"), auth)
+
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+
+        assert frame["type"] == "caught_up", after
+        await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_invalid_after_is_an_error_frame_and_close_4400(open_socket, session, auth):
+    for after in ("-1", "abc", "1.5", "1e3", "0x10", "9" * 40):
+        socket = await open_socket(url(session, f"after={after}"), auth)
+
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+
+        assert (frame["type"], frame["code"]) == ("error", "invalid_after"), after
+        assert await closed_with(socket) == 4400, after
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_after_of_other_digits_is_invalid_too(open_socket, session, auth):
+    # "²" (%C2%B2) passes str.isdigit() but not int(): refused, not a crashed consumer.
+    socket = await open_socket(url(session, "after=%C2%B2"), auth)
+
+    frame = await socket.receive_json_from(timeout=TIMEOUT)
+
+    assert (frame["type"], frame["code"]) == ("error", "invalid_after")
+    assert await closed_with(socket) == 4400
+
+
+# Live events: order, no gap, no duplicate
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_s_events_arrive_live_in_order_exactly_as_stored(open_socket, session, auth):
+    socket = await open_socket(url(session), auth)
+    _, before = await backlog(socket)
+
+    await start(session)
+    frames = await frames_until(socket, is_event("run.completed"))
+
+    live = events_of(frames)
+    log = await stored(session, before)
+    assert [e["seq"] for e in live] == list(range(before + 1, log[-1]["seq"] + 1))
+    assert live == log
+    # Nothing arrives twice later either (a duplicate would come after the run's end).
+    assert await socket.receive_nothing(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_catching_up_while_runs_write_gives_the_exact_log(
+    open_socket, runtime, owner, auth, slow_answers, on_postgres
+):
+    session = (await database_sync_to_async(rt.create_session)(owner=owner)).id
+    runs = 3
+    if on_postgres:
+        # Three runs of the session at once: the others write while one streams.
+        for _ in range(runs):
+            await start(session)
+    else:
+        # SQLite's shared in-memory test database refuses concurrent writers instead
+        # of waiting: there the runs are written one after another.
+        writer = threading.Thread(target=_run_one_after_another, args=(session, runs))
+        writer.start()
+    # Connect in the middle of the first run: some events stored, more coming.
+    await wait_for(slow_answers)
+
+    socket = await open_socket(url(session, "after=0"), auth)
+    frames = await frames_until(socket, is_event("run.completed", runs))
+
+    if not on_postgres:
+        await sync_to_async(writer.join, thread_sensitive=False)(TIMEOUT)
+    log = await stored(session)
+    received = events_of(frames)
+    assert received == log
+    assert [e["seq"] for e in received] == list(range(1, len(log) + 1))
+    caught_up = next(f["seq"] for f in frames if f["type"] == "caught_up")
+    # The switch from the backlog to live events happened in the middle of the runs.
+    assert 3 <= caught_up < len(log)
+    assert await socket.receive_nothing(0.2)
+
+
+def _run_one_after_another(session_id: UUID, runs: int) -> None:
+    try:
+        for _ in range(runs):
+            rt.run("assistant", REMEMBER, session=session_id, timeout=TIMEOUT)
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_client_that_reconnects_with_its_last_seq_ends_with_the_same_events(
+    open_socket, session, auth, slow_answers
+):
+    stayed = await open_socket(url(session), auth)
+    dropped = await open_socket(url(session), auth)
+    kept, _ = await backlog(stayed)
+    first, _ = await backlog(dropped)
+
+    await start(session)
+    # Drop out in the middle of the run (after its first turn began), and come back
+    # once more events went by, while the answer streams.
+    first += events_of(await frames_until(dropped, is_event("turn.started")))
+    await dropped.disconnect(timeout=TIMEOUT)
+    await wait_for(slow_answers)
+    again = await open_socket(url(session, f"after={first[-1]['seq']}"), auth)
+    frames = await frames_until(again, is_event("run.completed"))
+    kept += events_of(await frames_until(stayed, is_event("run.completed")))
+
+    assert first + events_of(frames) == kept == await stored(session)
+    # The reconnection did miss live events, and got them back from the database.
+    caught_up = next(f["seq"] for f in frames if f["type"] == "caught_up")
+    assert caught_up > first[-1]["seq"]
+
+
+# Live messages that arrive twice, out of order, or after a gap
+
+
+async def publish(session_id: UUID, events: list[dict[str, Any]]) -> None:
+    """What a worker's publisher sends, sent directly."""
+    await get_channel_layer().group_send(
+        session_group(session_id), {"type": "session.events", "events": events}
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_live_event_the_client_already_has_is_dropped(open_socket, session, auth):
+    socket = await open_socket(url(session), auth)
+    events, _ = await backlog(socket)
+
+    await publish(session, [events[-1]])
+    await publish(session, [events[0], events[7]])
+
+    await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_live_event_after_a_gap_is_sent_after_the_missing_ones_from_the_database(
+    open_socket, session, auth, monkeypatch
+):
+    socket = await open_socket(url(session), auth)
+    _, last = await backlog(socket)
+    # Three changes whose live messages are lost (as a full channel would lose them).
+    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    for title in ("one", "two", "three"):
+        await database_sync_to_async(session_update)(session_id=session, title=title)
+    missed = await stored(session, last)
+    assert [e["seq"] for e in missed] == [last + 1, last + 2, last + 3]
+
+    await publish(session, [missed[2]])
+    frames = [await socket.receive_json_from(timeout=TIMEOUT) for _ in missed]
+
+    assert events_of(frames) == missed
+    # A late copy of a filled event is a duplicate by then.
+    await publish(session, [missed[1], missed[0]])
+    await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_events_out_of_order_in_one_message_are_sent_in_order(
+    open_socket, session, auth, monkeypatch
+):
+    socket = await open_socket(url(session), auth)
+    _, last = await backlog(socket)
+    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    for title in ("one", "two", "three"):
+        await database_sync_to_async(session_update)(session_id=session, title=title)
+    written = await stored(session, last)
+
+    await publish(session, [written[2], written[0], written[1]])
+    frames = [await socket.receive_json_from(timeout=TIMEOUT) for _ in written]
+
+    assert events_of(frames) == written
+    await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_gap_larger_than_max_live_gap_asks_the_client_to_resync(
+    open_socket, session, auth, monkeypatch
+):
+    # The consumer reads the limit it imported; patch both, wherever it is read.
+    monkeypatch.setattr("sessions_app.streams.MAX_LIVE_GAP", 2)
+    monkeypatch.setattr("sessions_app.consumers.MAX_LIVE_GAP", 2)
+    socket = await open_socket(url(session), auth)
+    events, last = await backlog(socket)
+
+    ahead = {**events[-1], "seq": last + 4}  # three missing: more than two
+    await publish(session, [ahead])
+
+    assert await socket.receive_json_from(timeout=TIMEOUT) == {"type": "resync", "after": last}
+    assert await closed_with(socket) == 4409
+
+
+# Token deltas
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_answer_streams_as_deltas_of_its_turn_before_message_completed(
+    open_socket, session, auth
+):
+    socket = await open_socket(url(session), auth)
+    await backlog(socket)
+
+    run = await start(session)
+    frames = await frames_until(socket, is_event("run.completed"))
+
+    kinds = [f["type"] if f["type"] != "event" else f["event"]["type"] for f in frames]
+    completed = kinds.index("message.completed")
+    message = frames[completed]["event"]
+    deltas = [f for f in frames if f["type"] == "delta"]
+    assert deltas
+    assert {(d["run"], d["turn"]) for d in deltas} == {(str(run), message["data"]["turn"])}
+    assert "".join(d["text"] for d in deltas) == message["data"]["text"] == REMEMBERED
+    assert max(i for i, kind in enumerate(kinds) if kind == "delta") < completed
+    # Streaming starts once the turn has started (its turn.started came first).
+    turn_started = next(
+        i
+        for i, f in enumerate(frames)
+        if f["type"] == "event"
+        and f["event"]["type"] == "turn.started"
+        and f["event"]["data"]["turn"] == message["data"]["turn"]
+    )
+    assert turn_started < kinds.index("delta")
+    # Deltas are not events: nothing was stored for them.
+    assert events_of(frames) == await stored(session, 15)
+
+
+# Authentication and authorization
+
+
+def cookie_of(user: Any) -> tuple[bytes, bytes]:
+    """The cookie header of a browser that logged in as ``user``."""
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_owner_by_cookie_or_api_token_and_staff_may_watch(
+    open_socket, session, owner, token, staff
+):
+    cookie = await sync_to_async(cookie_of)(owner)
+    _, staff_token = await database_sync_to_async(api_token_create)(user_id=staff.pk, name="ops")
+    ways = {
+        "the browser session cookie": (url(session, "after=14"), [cookie]),
+        "a token in the query string": (url(session, f"after=14&token={token}"), []),
+        "an Authorization: Bearer header": (url(session, "after=14"), bearer(token)),
+        "staff": (url(session, "after=14"), bearer(staff_token)),
+    }
+
+    for way, (path, headers) in ways.items():
+        socket = await open_socket(path, headers)
+        events, caught_up = await backlog(socket)
+
+        assert ([e["seq"] for e in events], caught_up) == ([15], 15), way
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_missing_or_unusable_credentials_close_4401(open_socket, session, owner):
+    revoked, revoked_raw = await database_sync_to_async(api_token_create)(
+        user_id=owner.pk, name="old"
+    )
+    await database_sync_to_async(api_token_revoke)(token_id=revoked.pk)
+    cookie = await sync_to_async(cookie_of)(owner)
+    attempts = {
+        "nothing": (url(session), []),
+        "unknown token": (url(session), bearer("goa_nope")),
+        "revoked token": (url(session), bearer(revoked_raw)),
+        "revoked token in the query": (url(session, f"token={revoked_raw}"), []),
+        "malformed header": (url(session), [(b"authorization", b"Bearer")]),
+        # A token that does not work is not overruled by a valid cookie.
+        "unknown token and a cookie": (url(session), [cookie, *bearer("goa_nope")]),
+        "unknown token in the query and a cookie": (url(session, "token=goa_nope"), [cookie]),
+    }
+
+    for what, (path, headers) in attempts.items():
+        socket = await open_socket(path, headers)
+
+        assert await closed_with(socket) == 4401, what
+    # Refused before joining: the session's group holds nobody.
+    assert session_group(session) not in get_channel_layer().groups
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_someone_else_s_missing_or_malformed_session_closes_4404(
+    open_socket, session, other_user
+):
+    _, raw = await database_sync_to_async(api_token_create)(user_id=other_user.pk, name="bob")
+
+    for path in (
+        # Someone else's session answers as one that does not exist.
+        url(session),
+        url(uuid4()),
+        "/ws/sessions/not-a-uuid/",
+        "/ws/sessions/12345/",
+        "/ws/sessions/00000000-0000-0000-0000-00000000000g/",
+        f"/ws/sessions/{session}/extra/",
+        "/ws/nothing/",
+        "/",
+    ):
+        socket = await open_socket(path, bearer(raw))
+
+        assert await closed_with(socket) == 4404, path
+    assert session_group(session) not in get_channel_layer().groups
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_origin_must_be_this_site(open_socket, session, owner):
+    cookie = await sync_to_async(cookie_of)(owner)
+
+    for origin in ("http://evil.example", "http://localhost.evil.example", "null", "https://"):
+        socket = await open_socket(url(session), [cookie, (b"origin", origin.encode())])
+
+        assert await closed_with(socket) == 4403, origin
+    for origin in ("http://localhost:8000", "http://127.0.0.1"):
+        socket = await open_socket(url(session), [cookie, (b"origin", origin.encode())])
+
+        _, caught_up = await backlog(socket)
+        assert caught_up == 15, origin
+
+
+# Bad input from the client
+
+
+BAD_FRAMES = {
+    "not JSON": ("{not json", "invalid_json"),
+    "empty": ("", "invalid_json"),
+    "an array": ("[1, 2]", "invalid_frame"),
+    "a string": ('"ping"', "invalid_frame"),
+    "no type": ("{}", "invalid_frame"),
+    "a type that is not text": ('{"type": 5}', "invalid_frame"),
+    "an unknown type": ('{"type": "subscribe"}', "unknown_type"),
+    "binary": (b'{"type": "ping"}', "binary_frame"),
+    "oversized": (json.dumps({"type": "ping", "pad": "x" * 16 * 1024}), "frame_too_large"),
+    # The limit is in bytes: 6,000 three-byte characters are 18,000 bytes.
+    "oversized in bytes": (
+        json.dumps({"type": "ping", "pad": "€" * 6000}, ensure_ascii=False),
+        "frame_too_large",
+    ),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_bad_frames_get_error_frames_and_the_socket_stays_usable(open_socket, session, auth):
+    socket = await open_socket(url(session, "after=15"), auth)
+    await backlog(socket)
+    answers = {}
+
+    for what, (frame, _) in BAD_FRAMES.items():
+        # send_input, not send_to: send_to cannot send an empty text frame.
+        kind = "bytes" if isinstance(frame, bytes) else "text"
+        await socket.send_input({"type": "websocket.receive", kind: frame})
+        answer = await socket.receive_json_from(timeout=TIMEOUT)
+        assert answer["type"] != "error" or (isinstance(answer["detail"], str) and answer["detail"])
+        answers[what] = answer.get("code", answer["type"])
+        await still_usable(socket)
+
+    assert answers == {what: code for what, (_, code) in BAD_FRAMES.items()}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_frame_just_under_the_limit_is_read(open_socket, session, auth):
+    socket = await open_socket(url(session, "after=15"), auth)
+    await backlog(socket)
+    frame = '{"type": "ping", "pad": ""}'
+
+    await socket.send_to(text_data=frame.replace('""', '"' + "x" * (16 * 1024 - len(frame)) + '"'))
+
+    assert await socket.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}

@@ -1,0 +1,83 @@
+"""The record a resolved read returns is the stored entry, field for field, at
+every scope: the hot path builds it from fewer columns than the entry has."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from goaai.runtime.vocabulary import MemoryScope
+from memory_app import selectors, services
+from memory_app.models import MemoryEntry
+from runs_app.store import memory_record
+from tests.factories import SessionFactory
+
+pytestmark = pytest.mark.django_db
+
+KEY = "favourite colour"
+
+
+@pytest.mark.parametrize(
+    ("scope", "value"),
+    [
+        (MemoryScope.SESSION, {"likes": ["figs", 3]}),
+        (MemoryScope.USER, "grün"),
+        (MemoryScope.AGENT, 42),
+        (MemoryScope.GLOBAL, [True, 3.5]),
+    ],
+)
+def test_the_resolved_record_is_the_stored_entry(owner, scope, value):
+    session = SessionFactory(owner=owner, agent="assistant")
+    owners = {
+        MemoryScope.SESSION: {"session_id": session.id},
+        MemoryScope.USER: {"user_id": owner.pk},
+        MemoryScope.AGENT: {"agent": "assistant"},
+        MemoryScope.GLOBAL: {},
+    }
+    expires = timezone.now() + dt.timedelta(hours=1)
+    services.memory_store(key=KEY, value=value, scope=scope, expires_at=expires, **owners[scope])
+
+    record = selectors.memory_resolve_record(key=KEY, session_id=session.id)
+
+    assert record == memory_record(MemoryEntry.objects.get(key=KEY, scope=scope))
+    assert record is not None
+    assert record.expires_at == expires
+
+
+def test_an_entry_expiring_within_the_current_second_is_still_read(owner):
+    session = SessionFactory(owner=owner)
+    # The comparison is on text down to the microsecond, not on whole seconds.
+    soon = timezone.now() + dt.timedelta(milliseconds=300)
+    services.memory_store(
+        key=KEY, value="soon gone", scope="session", session_id=session.id, expires_at=soon
+    )
+
+    assert selectors.memory_resolve_record(key=KEY, session_id=session.id) is not None
+    time.sleep(max(0.0, (soon - timezone.now()).total_seconds()) + 0.01)
+    assert selectors.memory_resolve_record(key=KEY, session_id=session.id) is None
+
+
+def test_now_as_sqlite_text_is_django_s_format_with_microseconds():
+    before = timezone.now().replace(tzinfo=None)
+    text = selectors._sqlite_now()
+    after = timezone.now().replace(tzinfo=None)
+
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", text)
+    assert before.isoformat(sep=" ") <= text <= after.isoformat(sep=" ") + "0"
+
+
+def test_a_uuid_read_from_hex_is_a_uuid_like_any_other():
+    value = uuid.uuid4()
+
+    read = selectors._uuid_of_hex(value.hex)
+
+    assert type(read) is uuid.UUID
+    assert read == value
+    assert hash(read) == hash(value)
+    assert str(read) == str(value)
+    assert read.is_safe == uuid.UUID(hex=value.hex).is_safe
