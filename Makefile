@@ -8,7 +8,7 @@ PORT ?= 8000
 # otherwise this local server (the one CI provides).
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: install run test lint typecheck pytest pytest-postgres clean
+.PHONY: install browser run test lint typecheck pytest pytest-postgres clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,20 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# The browser tests drive Debian's Chromium; install it when it is missing and this
+# machine can (root with apt-get). Otherwise those tests say why they are skipped.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Chromium for the browser tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	  else \
+	    echo "Chromium is missing (apt-get install chromium chromium-driver): browser tests will be skipped."; \
+	  fi; \
+	fi
 
 run: install
 	$(PY) manage.py migrate --noinput
@@ -32,7 +46,7 @@ typecheck: install
 
 # The suite on SQLite (embedded default), then on PostgreSQL when DATABASE_URL points
 # at it or in CI, where a missing server must fail the build rather than skip.
-pytest: install
+pytest: install browser
 	env -u DATABASE_URL $(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(VENV)/bin/pytest
 

@@ -2,7 +2,6 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 admin.site.site_header = "goaai operations"
 admin.site.site_title = "goaai"
@@ -11,7 +10,9 @@ admin.site.index_title = "Sessions, runs and memory"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("goaai.api.urls")),
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    # Django's login and logout (logout by POST), password change and reset.
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("sessions_app.urls")),
 ]
 
 # JSON errors in the API's shape for paths under /api/, Django's pages elsewhere.
