@@ -180,6 +180,7 @@ class LabelFilter(InputFilter):
 def _moment(value: str, *, end: bool) -> dt.datetime | None:
     """A typed date (``2026-11-29``, the whole day) or date and time (ISO 8601)."""
     day = parse_date(value) if len(value) == 10 else None
+    moment: dt.datetime | None
     if day is not None:
         moment = dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time())
     else:

@@ -4,6 +4,7 @@ an audit needs, links along the run tree, exports and cancel, no per-row queries
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -67,6 +68,7 @@ class RunAdmin(ReadOnlyAdmin):
     actions = ["export_json", "export_csv", "cancel_runs"]
     fields = (
         "id",
+        "timeline",
         "session_link",
         "agent",
         "status",
@@ -142,6 +144,34 @@ class RunAdmin(ReadOnlyAdmin):
             _changelist_link("runevent", "run__id__exact", obj.pk, "Events"),
             _changelist_link("run", "parent_run__id__exact", obj.pk, "Child runs"),
         )
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        from runs_app import admin_timeline as timeline
+
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<uuid:run_id>/timeline/", view(timeline.run_timeline), name="runs_app_run_timeline"
+            ),
+            path(
+                "<uuid:run_id>/timeline/download/",
+                view(timeline.run_download),
+                name="runs_app_run_timeline_download",
+            ),
+            path(
+                "<uuid:run_id>/timeline/cancel/",
+                view(timeline.run_cancel),
+                name="runs_app_run_timeline_cancel",
+            ),
+            path(
+                "timeline/payload/<str:kind>/<str:object_id>/",
+                view(timeline.timeline_payload),
+                name="runs_app_timeline_payload",
+            ),
+            *super().get_urls(),
+        ]
 
     @admin.action(description="Export selected runs as JSON")
     def export_json(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -50,6 +51,7 @@ class SessionAdmin(ReadOnlyAdmin):
     actions = ["export_json", "export_csv", "end_sessions"]
     fields = (
         "id",
+        "timeline",
         "owner",
         "agent",
         "title",
@@ -98,6 +100,21 @@ class SessionAdmin(ReadOnlyAdmin):
 
         for session_id in queryset.values_list("id", flat=True):
             session_delete(session_id=session_id)
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        from runs_app import admin_timeline as timeline
+
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<uuid:session_id>/timeline/",
+                view(timeline.session_timeline),
+                name="sessions_app_session_timeline",
+            ),
+            *super().get_urls(),
+        ]
 
     @admin.action(description="Export selected sessions as JSON")
     def export_json(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponse:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from goaai.runtime.vocabulary import MemoryScope
@@ -16,12 +19,13 @@ from runs_app.api.serializers import (
     TurnSerializer,
 )
 from runs_app.models import Run, RunEvent, ToolCall, Turn
-from runs_app.selectors import runs_with_steps
 from sessions_app.api.serializers import SessionSerializer
 from sessions_app.models import Session
 
 EXPORT_FORMAT = "goaai.session.v1"
 RUN_EXPORT_FORMAT = "goaai.run.v1"
+# Rows read from the database at a time while a document is written.
+_CHUNK = 1000
 
 
 def session_document(session: Session) -> dict[str, Any]:
@@ -48,16 +52,49 @@ def session_document(session: Session) -> dict[str, Any]:
     }
 
 
-def run_document(run: Run) -> dict[str, Any]:
-    """One run as a JSON document: the run with its turns and tool calls in order,
-    its child runs and its events (what an operator downloads from the timeline)."""
-    from runs_app.api.serializers import RunDetailSerializer
-
-    detailed = runs_with_steps(Run.objects.filter(pk=run.pk)).get()
-    events = RunEvent.objects.filter(run=run).order_by("seq")
-    return {
+def _run_parts(run: Run) -> tuple[dict[str, Any], list[tuple[str, Iterator[Any]]]]:
+    """The head of a run's document and its lists, each read in order, in chunks."""
+    head: dict[str, Any] = {
         "format": RUN_EXPORT_FORMAT,
         "exported_at": timezone.now().isoformat(),
-        "run": RunDetailSerializer(detailed).data,
-        "events": RunEventSerializer(events.iterator(chunk_size=2000), many=True).data,
+        "run": RunSerializer(run).data,
+        "child_runs": [
+            str(pk)
+            for pk in Run.objects.filter(parent_run_id=run.pk)
+            .order_by("created_at")
+            .values_list("id", flat=True)
+        ],
     }
+    turns = Turn.objects.filter(run_id=run.pk).order_by("index")
+    calls = ToolCall.objects.filter(run_id=run.pk).order_by("created_at", "index")
+    events = RunEvent.objects.filter(run_id=run.pk).order_by("seq")
+    lists: list[tuple[str, Iterator[Any]]] = [
+        ("turns", (TurnSerializer(t).data for t in turns.iterator(chunk_size=_CHUNK))),
+        ("tool_calls", (ToolCallSerializer(c).data for c in calls.iterator(chunk_size=_CHUNK))),
+        ("events", (RunEventSerializer(e).data for e in events.iterator(chunk_size=_CHUNK))),
+    ]
+    return head, lists
+
+
+def run_document(run: Run) -> dict[str, Any]:
+    """One run as a JSON document: the run, its child runs' ids, its turns, tool
+    calls and events, each in order (the shape of a session's export, for one run)."""
+    head, lists = _run_parts(run)
+    return {**head, **{name: list(items) for name, items in lists}}
+
+
+def run_document_stream(run: Run) -> Iterator[str]:
+    """:func:`run_document` written out piece by piece: a run with a million tool
+    calls is never held whole in memory."""
+    head, lists = _run_parts(run)
+    yield _dumps(head)[:-1]
+    for name, items in lists:
+        yield f', "{name}": ['
+        for index, item in enumerate(items):
+            yield ("" if index == 0 else ",\n") + _dumps(item)
+        yield "]"
+    yield "}\n"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)

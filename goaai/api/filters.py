@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -44,14 +45,39 @@ def filter_json_key(
     return queryset.alias(**{alias: KeyTransform(key, field)}).filter(match)
 
 
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 moment compared in UTC; one the database cannot hold (a year 1
+    or 9999 moment pushed over the edge by its offset, an offset past ±16 h) is a
+    400, not a database error."""
+
+    def filter(self, qs: QuerySet[Any], value: Any) -> QuerySet[Any]:
+        if value is not None:
+            try:
+                value = value.astimezone(dt.UTC)
+                if not dt.MINYEAR < value.year < dt.MAXYEAR:
+                    raise OverflowError
+            except (OverflowError, ValueError):
+                raise ValidationError(
+                    {self.field_name_in_query(): ["This moment is out of range."]}, code="invalid"
+                ) from None
+        return super().filter(qs, value)
+
+    def field_name_in_query(self) -> str:
+        parent = getattr(self, "parent", None)
+        for name, candidate in getattr(parent, "filters", {}).items():
+            if candidate is self:
+                return str(name)
+        return str(self.field_name)
+
+
 class CreatedRangeFilterSet(django_filters.FilterSet):
     """``created_after`` / ``created_before`` (ISO 8601), and ``metadata.<key>=<value>``
     for models with a ``metadata`` field (set ``metadata_field``)."""
 
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = UtcIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", label="Created at or after (ISO 8601)."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = UtcIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", label="Created before (ISO 8601)."
     )
     metadata_field: ClassVar[str | None] = None

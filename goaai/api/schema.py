@@ -2,8 +2,9 @@
 
 drf-standardized-errors describes the errors DRF itself raises (400, 401, 403, 404,
 405, 406, 415, 429, 500); goaai adds the two of its own: 409 for conflicts on the
-operations that can have them (views list them in ``conflict_actions``) and 413 for
-every operation that takes a body.
+operations that can have them (views list them in ``conflict_actions``), 403 for
+the ones refused to some callers (``forbidden_actions``), 413 for every operation
+that takes a body, and parse errors for malformed JSON.
 """
 
 from __future__ import annotations
@@ -62,7 +63,20 @@ class GoaaiAutoSchema(AutoSchema):
             return getattr(self.view, "action", None) in getattr(self.view, "conflict_actions", ())
         if status_code == "413":
             return self.method in ("POST", "PUT", "PATCH")
+        if status_code == "403" and getattr(self.view, "action", None) in getattr(
+            self.view, "forbidden_actions", ()
+        ):
+            return True
         return bool(super()._should_add_error_response(responses, status_code))
+
+    def _should_add_parse_error_response(self) -> bool:
+        # goaai's parser is not a JSONParser subclass (see goaai.api.parsers), and
+        # it answers malformed JSON with a parse error all the same.
+        from goaai.api.parsers import LimitedJSONParser
+
+        if any(isinstance(p, LimitedJSONParser) for p in self.view.get_parsers()):
+            return self.method in ("POST", "PUT", "PATCH")
+        return bool(super()._should_add_parse_error_response())
 
     def _get_error_response_serializer(self, status_code: str) -> Any:
         if status_code == "409":

@@ -16,13 +16,14 @@ from memory_app.models import MemoryEntry
 class MemoryFilter(django_filters.FilterSet):
     scope = django_filters.ChoiceFilter(choices=choices(MemoryScope))
     session = django_filters.UUIDFilter(field_name="session_id")
+    user = django_filters.NumberFilter(field_name="user_id", label="A user's id (user scope).")
     agent = django_filters.CharFilter()
     key = django_filters.CharFilter()
     q = django_filters.CharFilter(method="search", label="Text in the key or the value.")
 
     class Meta:
         model = MemoryEntry
-        fields = ["scope", "session", "agent", "key"]
+        fields = ["scope", "session", "user", "agent", "key"]
 
     def search(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
         # The value is JSON text: searching it finds words inside strings too. SQLite

@@ -16,6 +16,7 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
+from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -65,6 +66,15 @@ def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
     return {"session_id": entry.session_id, "user_id": entry.user_id, "agent": entry.agent}
 
 
+@extend_validation_errors(["invalid"], field_name="key", actions=["resolve"])
+@extend_validation_errors(["invalid"], field_name="session", actions=["resolve"])
+@extend_validation_errors(["invalid"], field_name="version", actions=["destroy"])
+@extend_validation_errors(["does_not_exist"], field_name="user", actions=["create"])
+@extend_validation_errors(["does_not_exist"], field_name="session", actions=["create"])
+@extend_validation_errors(
+    ["in_past"], field_name="expires_at", actions=["create", "partial_update"]
+)
+@extend_validation_errors(["too_large"], field_name="value", actions=["create", "partial_update"])
 @extend_schema_view(
     list=extend_schema(
         summary="List memory entries",
@@ -78,6 +88,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     pagination_class = Cursor
     filterset_class = MemoryFilter
     conflict_actions = ("create", "partial_update", "destroy")
+    # Agent and global memory: only staff may change it.
+    forbidden_actions = ("create", "partial_update", "destroy")
     ordering_fields = ["created_at"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 

@@ -8,7 +8,7 @@ import django_filters
 from django.db.models import Q, QuerySet
 from rest_framework.exceptions import ValidationError
 
-from goaai.api.filters import CreatedRangeFilterSet, filter_json_key
+from goaai.api.filters import CreatedRangeFilterSet, UtcIsoDateTimeFilter, filter_json_key
 from goaai.runtime.vocabulary import ErrorKind, RunStatus, ToolCallStatus, choices
 from runs_app.models import Run, ToolCall, Turn
 
@@ -42,8 +42,8 @@ class RunFilter(CreatedRangeFilterSet):
 
 class TurnFilter(CreatedRangeFilterSet):
     run = django_filters.UUIDFilter(field_name="run_id")
-    created_after = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
         model = Turn

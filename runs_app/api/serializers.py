@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
-from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.models import DECISION_CHOICES, Run, RunEvent, ToolCall, Turn
 
 MAX_INPUT_LENGTH = 32_000
 
@@ -93,6 +93,12 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class ToolCallSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     error = serializers.SerializerMethodField()
+    decision = serializers.ChoiceField(
+        choices=DECISION_CHOICES,
+        allow_blank=True,
+        read_only=True,
+        help_text="approved, denied or answered; empty until a person decided.",
+    )
 
     class Meta:
         model = ToolCall

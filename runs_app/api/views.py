@@ -17,6 +17,7 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
+from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -104,6 +105,12 @@ class SessionScopedMixin:
         return session
 
 
+@extend_validation_errors(["invalid"], field_name="label", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
+@extend_validation_errors(["invalid", "too_many"], field_name="labels", actions=["create"])
+@extend_validation_errors(["invalid", "too_large"], field_name="metadata", actions=["create"])
+@extend_validation_errors(["invalid"], field_name="Idempotency-Key", actions=["create"])
 @extend_schema_view(
     list=extend_schema(summary="List a session's runs", description="Newest first."),
 )
@@ -192,6 +199,10 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         return response
 
 
+@extend_validation_errors(["invalid"], field_name="label", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="non_field_errors", actions=["respond"])
 @extend_schema_view(
     list=extend_schema(
         summary="List runs",
@@ -277,6 +288,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
 
 
+@extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
 @extend_schema_view(
     list=extend_schema(summary="List turns", description="Filter by run; oldest first."),
     retrieve=extend_schema(summary="Get a turn"),
@@ -293,6 +306,8 @@ class TurnViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
         return Turn.objects.all()
 
 
+@extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
 @extend_schema_view(
     list=extend_schema(
         summary="List tool calls",
@@ -312,6 +327,8 @@ class ToolCallViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
         return ToolCall.objects.all()
 
 
+@extend_validation_errors(["invalid"], field_name="after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="limit", actions=["list"])
 class SessionEventViewSet(SessionScopedMixin, ScopedViewSet):
     owner_lookup = "session__owner"
     serializer_class = RunEventSerializer

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.decorators import action
@@ -29,6 +30,13 @@ from sessions_app.api.serializers import (
 from sessions_app.models import ApiToken, Session
 
 
+@extend_validation_errors(["unknown_agent"], field_name="agent", actions=["create"])
+@extend_validation_errors(
+    ["invalid", "too_large"], field_name="metadata", actions=["create", "partial_update"]
+)
+@extend_validation_errors(["empty"], field_name="non_field_errors", actions=["partial_update"])
+@extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
+@extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
 @extend_schema_view(
     list=extend_schema(summary="List sessions", description="Your sessions, newest first."),
     retrieve=extend_schema(summary="Get a session"),
@@ -120,6 +128,7 @@ class SessionViewSet(
         return response
 
 
+@extend_validation_errors(["in_past"], field_name="expires_at", actions=["create"])
 @extend_schema_view(
     list=extend_schema(summary="List your API tokens", description="Tokens not revoked."),
     retrieve=extend_schema(summary="Get one of your API tokens"),

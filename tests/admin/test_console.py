@@ -187,8 +187,10 @@ def test_export_runs_as_json(operator, owner):
     )
     document = json.loads(response.content)
     (run,) = document["runs"]
+    assert run["format"] == "goaai.run.v1"
     assert run["run"]["id"] == str(call.run_id)
-    assert run["run"]["turns"][0]["tool_calls"][0]["id"] == str(call.pk)
+    assert [turn["id"] for turn in run["turns"]] == [str(call.turn_id)]
+    assert [c["id"] for c in run["tool_calls"]] == [str(call.pk)]
 
 
 def test_cancel_action_cancels_open_runs_only(operator, owner):

@@ -1,0 +1,237 @@
+"""The run and session timelines of the admin, their payload endpoint, the run's JSON
+download and the operator's Cancel.
+
+These views are mounted by ``RunAdmin.get_urls`` / ``SessionAdmin.get_urls`` inside
+``admin.site.admin_view``, which sends anyone who is not active staff to the login
+page and protects the POST with CSRF. Each view checks ``is_staff`` again anyway:
+a view that shows every user's conversations must not rely on being wired right.
+Staff see every user's runs here; this is the operators' console.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from goaai.api.export import run_document_stream
+from goaai.runtime.errors import GoaaiError
+from runs_app import timeline
+from runs_app.api.serializers import (
+    RunEventSerializer,
+    RunSerializer,
+    ToolCallSerializer,
+    TurnSerializer,
+)
+from runs_app.models import Run, RunEvent, ToolCall, Turn
+from sessions_app.models import Session
+
+_CHUNK = 500
+
+
+def _require_staff(request: HttpRequest) -> None:
+    user = request.user
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        raise PermissionDenied
+
+
+def _dumps(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, indent=indent)
+
+
+def _page_context(request: HttpRequest, filters: timeline.TimelineFilter) -> dict[str, Any]:
+    return {
+        **admin.site.each_context(request),
+        "filters": filters,
+        "type_choices": timeline.event_type_choices(),
+        "views": [
+            (name, filters.query_string(view=name), name == filters.view) for name in timeline.VIEWS
+        ],
+        "order_links": {
+            "oldest": filters.query_string(newest_first=False),
+            "newest": filters.query_string(newest_first=True),
+        },
+        "failed_link": filters.query_string(failed_only=True),
+        "page_size": timeline.PAGE_SIZE,
+        "display_cap": timeline.DISPLAY_CAP,
+    }
+
+
+@require_GET
+def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Every event of a run in order, a page at a time, with what each refers to."""
+    _require_staff(request)
+    run = timeline.run_for_timeline(run_id)
+    if run is None:
+        raise Http404("No such run.")
+    filters = timeline.TimelineFilter.from_query(request.GET)
+    header = timeline.run_header(run)
+    base_url = reverse("admin:runs_app_run_timeline", args=[run.id])
+    page = timeline.event_page(
+        run=run,
+        filters=filters,
+        origin=header.origin,
+        base_url=base_url,
+        known_users=header.users,
+    )
+    context = {
+        **_page_context(request, filters),
+        "title": f"Timeline of run {run.id}",
+        "subtitle": None,
+        "opts": Run._meta,
+        "run": run,
+        "header": header,
+        "page": page,
+        "base_url": base_url,
+        "download_url": reverse("admin:runs_app_run_timeline_download", args=[run.id]),
+        "cancel_url": reverse("admin:runs_app_run_timeline_cancel", args=[run.id]),
+        "session_timeline_url": reverse(
+            "admin:sessions_app_session_timeline", args=[run.session_id]
+        ),
+    }
+    return TemplateResponse(request, "admin/runs_app/run/timeline.html", context)
+
+
+@require_GET
+def session_timeline(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    """Every event of a session, all its runs interleaved by ``seq``."""
+    _require_staff(request)
+    session = timeline.session_for_timeline(session_id)
+    if session is None:
+        raise Http404("No such session.")
+    filters = timeline.TimelineFilter.from_query(request.GET)
+    header = timeline.session_header(session)
+    base_url = reverse("admin:sessions_app_session_timeline", args=[session.id])
+    page = timeline.event_page(
+        session=session,
+        filters=filters,
+        origin=session.created_at,
+        base_url=base_url,
+        run_labels=header.run_labels,
+        known_users=header.users,
+    )
+    try:
+        # The API's export: one document with the session, runs, turns, tool calls,
+        # events and session memory (staff may read any session through it).
+        export_url = reverse("api:session-export", args=[session.id])
+    except NoReverseMatch:
+        export_url = ""
+    context = {
+        **_page_context(request, filters),
+        "title": f"Timeline of session {session.id}",
+        "subtitle": None,
+        "opts": Session._meta,
+        "session_obj": session,
+        "header": header,
+        "page": page,
+        "base_url": base_url,
+        "export_url": export_url,
+    }
+    return TemplateResponse(request, "admin/sessions_app/session/timeline.html", context)
+
+
+# Lazily loaded values
+
+_PAYLOAD_FIELDS: dict[str, frozenset[str]] = {
+    "event": frozenset({"data"}),
+    "turn": frozenset({"request_messages", "response", "usage"}),
+    "tool_call": frozenset({"arguments", "result", "error"}),
+    "run": frozenset({"input", "output", "labels", "metadata", "policy", "error", "awaiting"}),
+}
+
+
+def _payload_document(kind: str, object_id: str) -> dict[str, Any]:
+    try:
+        if kind == "event":
+            return dict(RunEventSerializer(get_object_or_404(RunEvent, pk=int(object_id))).data)
+        if kind == "turn":
+            return dict(TurnSerializer(get_object_or_404(Turn, pk=UUID(object_id))).data)
+        if kind == "tool_call":
+            return dict(ToolCallSerializer(get_object_or_404(ToolCall, pk=UUID(object_id))).data)
+        if kind == "run":
+            return dict(RunSerializer(get_object_or_404(Run, pk=UUID(object_id))).data)
+    except ValueError:
+        raise Http404("Malformed id.") from None
+    raise Http404("Unknown kind.")
+
+
+@require_GET
+def timeline_payload(request: HttpRequest, kind: str, object_id: str | int | UUID) -> HttpResponse:
+    """The whole of a value the timeline cut or did not load: an event, a turn (its
+    messages) or a tool call, as the API shows it; ``?field=`` picks one field and
+    ``?download=1`` makes it an attachment."""
+    _require_staff(request)
+    if kind not in _PAYLOAD_FIELDS:
+        raise Http404("Unknown kind.")
+    document = _payload_document(kind, str(object_id))
+    field_name = request.GET.get("field", "")
+    value: Any = document
+    if field_name:
+        if field_name not in _PAYLOAD_FIELDS[kind]:
+            raise Http404("Unknown field.")
+        value = document.get(field_name)
+    response = JsonResponse(
+        value,
+        safe=False,
+        encoder=DjangoJSONEncoder,
+        json_dumps_params={"ensure_ascii": False, "indent": 2},
+    )
+    if request.GET.get("download") == "1":
+        name = f"{kind}-{object_id}{'-' + field_name if field_name else ''}.json"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+# The whole run as one JSON document
+
+
+@require_GET
+def run_download(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
+    """The run as one JSON document, as an attachment."""
+    _require_staff(request)
+    run = get_object_or_404(Run, pk=run_id)
+    response = StreamingHttpResponse(run_document_stream(run), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.id}.json"'
+    return response
+
+
+# The operator's Cancel
+
+
+@require_POST
+def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Ask a run to stop, from its timeline (a POST, CSRF-protected by admin_view)."""
+    _require_staff(request)
+    from goaai.runtime import rt
+
+    run = get_object_or_404(Run.objects.only("id", "status"), pk=run_id)
+    target = reverse("admin:runs_app_run_timeline", args=[run.id])
+    if run.is_terminal:
+        messages.warning(request, f"The run had already ended ({run.status}); nothing to cancel.")
+        return HttpResponseRedirect(target)
+    try:
+        info = rt.cancel_run(run.id, reason="canceled by operator")
+    except GoaaiError as exc:
+        messages.error(request, f"The run could not be canceled: {exc}")
+        return HttpResponseRedirect(target)
+    if info.status == "canceled":
+        messages.success(request, "The run was canceled.")
+    else:
+        messages.info(request, "Cancel requested: the run stops at its next step.")
+    return HttpResponseRedirect(target)
