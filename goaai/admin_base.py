@@ -31,7 +31,9 @@ class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     def count(self) -> int:
         object_list: Any = self.object_list
         if isinstance(object_list, QuerySet):
-            return int(object_list[: COUNT_CAP + 1].count())
+            # Without the ordering: the count is the same, and a filter can then be
+            # counted through its own index instead of along the ordering's.
+            return int(object_list.order_by()[: COUNT_CAP + 1].count())
         return len(object_list)
 
 

@@ -87,6 +87,10 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["session", "created_at"], name="run_session_created"),
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            # The admin's most common audit filter: one agent's runs in one status.
+            models.Index(
+                fields=["status", "agent", "-created_at"], name="run_status_agent_created"
+            ),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
@@ -193,6 +197,9 @@ class ToolCall(models.Model):
             models.Index(fields=["run", "created_at"], name="toolcall_run_created"),
             models.Index(fields=["session", "-created_at"], name="toolcall_session_created"),
             models.Index(fields=["name", "-created_at"], name="toolcall_name_created"),
+            models.Index(
+                fields=["name", "status", "-created_at"], name="toolcall_name_status_created"
+            ),
             models.Index(fields=["status", "-created_at"], name="toolcall_status_created"),
             models.Index(fields=["error_kind", "-created_at"], name="toolcall_error_created"),
             models.Index(fields=["-created_at"], name="toolcall_created"),

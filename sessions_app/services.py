@@ -10,6 +10,7 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
@@ -142,7 +143,6 @@ def api_token_touch(*, token: ApiToken, now: dt.datetime) -> None:
 # Retention
 
 # Kept with the code that needs it rather than in the imports at the top.
-from django.db.models import QuerySet  # noqa: E402
 
 PURGE_COUNT_KINDS = (
     "sessions",
