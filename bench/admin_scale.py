@@ -19,8 +19,7 @@ both. Target: each page <= 1.5x slower at the large size than at the small.
 ``--reuse-large`` keeps ``goaai_admin_bench`` from an earlier run when it already
 holds the large size (seeding a million tool calls takes a quarter of an hour on a
 busy 2-core machine). ``--explain`` prints each page's slowest queries at the
-large size. ``--count-without-order`` measures the admin with a proposed change:
-the changelists' bounded count without ``ORDER BY``.
+large size.
 """
 
 from __future__ import annotations
@@ -194,23 +193,6 @@ def slowest_queries(client, urls: list[tuple[str, str]]) -> None:
             print(f"   {float(query['time']) * 1000:8.1f} ms  {query['sql'][:400]}")
 
 
-def count_without_order() -> None:
-    """The change proposed for ``BoundedCountPaginator``: count without ORDER BY."""
-    from django.db.models import QuerySet
-    from django.utils.functional import cached_property
-
-    from goaai.admin_base import COUNT_CAP, BoundedCountPaginator
-
-    def count(self) -> int:
-        if isinstance(self.object_list, QuerySet):
-            return int(self.object_list.order_by()[: COUNT_CAP + 1].count())
-        return len(self.object_list)
-
-    prop = cached_property(count)
-    prop.__set_name__(BoundedCountPaginator, "count")
-    BoundedCountPaginator.count = prop
-
-
 def main() -> None:
     import argparse
 
@@ -224,11 +206,6 @@ def main() -> None:
     parser.add_argument("--tool-calls-large", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--explain", action="store_true", help="print each page's slowest queries")
-    parser.add_argument(
-        "--count-without-order",
-        action="store_true",
-        help="time the admin with its bounded count run without ORDER BY (a proposed fix)",
-    )
     parser.add_argument(
         "--reuse-large",
         action="store_true",
@@ -267,8 +244,6 @@ def main() -> None:
     from goaai.runtime.vocabulary import RunStatus
     from runs_app.models import Run, ToolCall
 
-    if args.count_without_order:
-        count_without_order()
     targets: dict[str, tuple[object, list[tuple[str, str]]]] = {}
     calls: dict[str, int] = {}
     the_run = None

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.contrib import admin
 from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, IntegerField, Model, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -261,16 +263,27 @@ class _Echo:
         return value
 
 
-def csv_response(
-    filename: str, header: list[str], rows: Iterable[Iterable[Any]]
+def json_download(filename: str, document: dict[str, Any]) -> HttpResponse:
+    """A JSON document as a file to save."""
+    body = json.dumps(document, cls=DjangoJSONEncoder, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def csv_download(
+    filename: str, queryset: QuerySet[Any], columns: list[str], header: list[str] | None = None
 ) -> StreamingHttpResponse:
-    """A CSV download written row by row as it is sent."""
+    """``columns`` of ``queryset`` as a CSV file, written row by row as it is sent;
+    JSON values (labels, metadata) are written as JSON."""
     writer = csv.writer(_Echo())
 
     def lines() -> Iterator[str]:
-        yield writer.writerow(header)
-        for row in rows:
-            yield writer.writerow(row)
+        yield writer.writerow(header or columns)
+        for row in queryset.values_list(*columns).iterator():
+            yield writer.writerow(
+                [json.dumps(value) if isinstance(value, dict | list) else value for value in row]
+            )
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

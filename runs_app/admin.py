@@ -3,7 +3,6 @@ an audit needs, links along the run tree, exports and cancel, no per-row queries
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -21,8 +20,9 @@ from goaai.admin_base import (
     admin_link,
     agent_ids,
     choices_filter,
-    csv_response,
+    csv_download,
     date_range_filters,
+    json_download,
     owner_filter,
     tool_names,
 )
@@ -38,6 +38,26 @@ def _changelist_link(model: str, field: str, value: object, label: str) -> str:
 
 def _excerpt(text: str, length: int = 80) -> str:
     return Truncator(text.replace("\n", " ")).chars(length)
+
+
+RUN_CSV_COLUMNS = [
+    "id",
+    "session_id",
+    "agent",
+    "status",
+    "input",
+    "output",
+    "labels",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "error_kind",
+    "error_message",
+    "parent_run_id",
+    "created_at",
+    "started_at",
+    "ended_at",
+]
 
 
 @admin.register(Run)
@@ -177,37 +197,12 @@ class RunAdmin(ReadOnlyAdmin):
     def export_json(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
         from goaai.api.export import run_document
 
-        documents = [run_document(run) for run in queryset.order_by("created_at")]
-        body = json.dumps({"format": "goaai.runs.v1", "runs": documents}, default=str)
-        response = HttpResponse(body, content_type="application/json")
-        response["Content-Disposition"] = 'attachment; filename="runs.json"'
-        return response
+        runs = [run_document(run) for run in queryset.order_by("created_at")]
+        return json_download("runs.json", {"format": "goaai.runs.v1", "runs": runs})
 
     @admin.action(description="Export selected runs as CSV")
     def export_csv(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponseBase:
-        columns = [
-            "id",
-            "session_id",
-            "agent",
-            "status",
-            "input",
-            "output",
-            "labels",
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "error_kind",
-            "error_message",
-            "parent_run_id",
-            "created_at",
-            "started_at",
-            "ended_at",
-        ]
-        rows = (
-            [json.dumps(value) if isinstance(value, dict) else value for value in row]
-            for row in queryset.order_by("created_at").values_list(*columns).iterator()
-        )
-        return csv_response("runs.csv", columns, rows)
+        return csv_download("runs.csv", queryset.order_by("created_at"), RUN_CSV_COLUMNS)
 
     @admin.action(description="Cancel selected runs that have not ended")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:

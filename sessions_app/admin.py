@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -16,8 +15,9 @@ from goaai.admin_base import (
     ReadOnlyAdmin,
     agent_ids,
     choices_filter,
-    csv_response,
+    csv_download,
     date_range_filters,
+    json_download,
     owner_filter,
     related_count,
 )
@@ -122,31 +122,16 @@ class SessionAdmin(ReadOnlyAdmin):
 
         sessions = queryset.select_related("owner").order_by("created_at")
         documents = [session_document(session) for session in sessions]
-        body = json.dumps({"format": "goaai.sessions.v1", "sessions": documents}, default=str)
-        response = HttpResponse(body, content_type="application/json")
-        response["Content-Disposition"] = 'attachment; filename="sessions.json"'
-        return response
+        return json_download(
+            "sessions.json", {"format": "goaai.sessions.v1", "sessions": documents}
+        )
 
     @admin.action(description="Export selected sessions as CSV")
     def export_csv(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponseBase:
-        columns = [
-            "id",
-            "owner__username",
-            "agent",
-            "title",
-            "status",
-            "metadata",
-            "last_event_seq",
-            "created_at",
-            "updated_at",
-            "ended_at",
-        ]
-        rows = (
-            [json.dumps(value) if isinstance(value, dict) else value for value in row]
-            for row in queryset.order_by("created_at").values_list(*columns).iterator()
-        )
+        columns = ["id", "owner__username", "agent", "title", "status", "metadata"]
+        columns += ["last_event_seq", "created_at", "updated_at", "ended_at"]
         header = ["owner" if c == "owner__username" else c for c in columns]
-        return csv_response("sessions.csv", header, rows)
+        return csv_download("sessions.csv", queryset.order_by("created_at"), columns, header)
 
     @admin.action(description="End selected sessions (cancels their runs)")
     def end_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:

@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 
 from goaai.asgi import application
 from goaai.runtime import rt
-from runs_app.events import publisher, user_group
+from runs_app.events import user_group
 from sessions_app.services import api_token_create, session_delete, session_end, session_update
 
 TIMEOUT = 5
@@ -24,20 +24,6 @@ PATH = "/ws/sessions/"
 
 Headers = list[tuple[bytes, bytes]]
 OpenSocket = Callable[..., Awaitable[WebsocketCommunicator]]
-
-
-@pytest.fixture
-def runtime():
-    """Runs on worker threads, so that this test's event loop receives meanwhile."""
-    rt.reset()
-    rt.configure(executor="thread")
-    yield rt
-    rt.reset()  # waits for the runs still going
-    publisher.drain()
-    # The in-memory layer outlives the test; its groups must not reach the next one.
-    layer = get_channel_layer()
-    layer.channels.clear()
-    layer.groups.clear()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from goaai.asgi import application
 from goaai.runtime import rt
 from goaai.runtime.models import scripted
 from runs_app import events as runs_events
-from runs_app.events import event_as_dict, publisher, session_group
+from runs_app.events import event_as_dict, session_group
 from runs_app.models import RunEvent
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
@@ -41,20 +41,6 @@ OpenSocket = Callable[..., Awaitable[WebsocketCommunicator]]
 
 
 # Fixtures
-
-
-@pytest.fixture
-def runtime():
-    """Runs on worker threads, so that this test's event loop receives meanwhile."""
-    rt.reset()
-    rt.configure(executor="thread")
-    yield rt
-    rt.reset()  # waits for the runs still going
-    publisher.drain()
-    # The in-memory layer outlives the test; its groups must not reach the next one.
-    layer = get_channel_layer()
-    layer.channels.clear()
-    layer.groups.clear()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from django.test import Client
 
 from goaai.asgi import application
 from goaai.runtime import rt
-from runs_app.events import event_as_dict, publisher, session_group, user_group
+from runs_app.events import event_as_dict, session_group, user_group
 from runs_app.models import RunEvent
 from sessions_app.services import api_token_create, session_delete, session_update
 
@@ -126,20 +126,6 @@ OpenStream = Callable[..., Awaitable[tuple[Stream, int, dict[str, str]]]]
 
 
 # Fixtures
-
-
-@pytest.fixture
-def runtime():
-    """Runs on worker threads, so that this test's event loop receives meanwhile."""
-    rt.reset()
-    rt.configure(executor="thread")
-    yield rt
-    rt.reset()  # waits for the runs still going
-    publisher.drain()
-    # The in-memory layer outlives the test; its groups must not reach the next one.
-    layer = get_channel_layer()
-    layer.channels.clear()
-    layer.groups.clear()
 
 
 @pytest.fixture
