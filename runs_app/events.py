@@ -116,12 +116,26 @@ class EventBatch:
             Event(session_id, run_id, first + position, type, data, now)
             for position, (type, data, run_id) in enumerate(self.pending)
         ]
-        if count == 1:
+        if lean.vendor() == "sqlite":
+            # Every step runs this statement: its values are adapted here, in one
+            # pass, rather than value by value through lean's generic handling.
+            session, created = session_id.hex, lean.sqlite_datetime(now)
+            rows = [
+                (
+                    session,
+                    lean.adapt(event.run_id, sqlite=True),
+                    event.seq,
+                    lean.adapt(event.type, sqlite=True),
+                    lean.json_text(event.data),
+                    created,
+                )
+                for event in events
+            ]
+            # SQLite runs a multi-row VALUES as a subquery, slower than the one-row
+            # statement run once a row (still one call into the driver).
+            lean.run(self.cursor, lean.driver_sql(_INSERT_EVENT), rows)
+        elif count == 1:
             lean.execute(self.cursor, _INSERT_EVENT, events[0])
-        elif lean.vendor() == "sqlite":
-            # SQLite runs a multi-row VALUES as a subquery, slower than the
-            # one-row statement run once a row (still one call into the driver).
-            lean.executemany(self.cursor, _INSERT_EVENT, events)
         else:
             # One round trip however many events the step wrote.
             lean.execute(

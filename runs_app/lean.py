@@ -129,8 +129,11 @@ def _hex(value: UUID) -> str:
 
 def _generic(value: Any, sqlite: bool) -> Callable[[Any], Any] | None:
     """How to pass a value of ``type(value)`` to the driver (``None``: as it is)."""
+    if isinstance(value, str) and type(value) is not str:
+        # Status and event-type enums are str subclasses: as plain text, the
+        # drivers bind them without first looking for an adapter of their own.
+        return str.__str__
     if isinstance(value, bool | int | float | str | bytes) or value is None:
-        # Status enums are str subclasses; the drivers take them as text.
         return None
     if isinstance(value, dict | list):
         return _json
@@ -229,6 +232,30 @@ def executemany(cursor: Any, template: str, rows: Sequence[Sequence[Any]]) -> No
     params = [_values(json_positions, row, sqlite) for row in rows]
     try:
         cursor.executemany(sql, params)
+    except Exception as error:
+        _raise_as_django(error)
+
+
+def driver_sql(template: str) -> str:
+    """``template`` as the driver's SQL (for :func:`run`)."""
+    return _prepared(template)[0]
+
+
+def json_text(value: Any) -> str | None:
+    """A value as a JSON placeholder takes it (``None`` is SQL NULL)."""
+    return None if value is None else _json(value)
+
+
+def run(cursor: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Run the driver's ``sql`` once for each of ``rows`` of values already adapted
+    (see :func:`adapt`, :func:`json_text`), as one statement: for the statements
+    every step runs, whose callers adapt their few values directly."""
+    statements.count += 1
+    try:
+        if len(rows) == 1:
+            cursor.execute(sql, rows[0])
+        else:
+            cursor.executemany(sql, rows)
     except Exception as error:
         _raise_as_django(error)
 

@@ -76,3 +76,10 @@ def test_a_formatted_instant_is_reused_only_for_that_very_datetime():
 def test_a_value_count_that_does_not_match_the_placeholders_is_refused():
     with pytest.raises(ValueError, match="shorter"):
         lean._values((False, False), [1], True)
+
+
+def test_str_enums_go_to_the_driver_as_plain_text():
+    for sqlite in (True, False):
+        adapted = lean.adapt(Colour.RED, sqlite=sqlite)
+        assert type(adapted) is str
+        assert adapted == "red"
