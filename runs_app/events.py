@@ -14,6 +14,7 @@ inside :func:`recording`, which
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -342,16 +343,15 @@ def user_group(user_id: int) -> str:
 
 
 class _Publisher:
-    """Sends to the channel layer from one background thread, in commit order.
-
-    A run's worker only puts committed events on a queue: a slow or unreachable
-    channel layer never slows the run, and subscribers that miss a message catch
-    up from the database by sequence number.
+    """Hands committed events to the channel layer, in commit order, off the run's
+    worker thread: a slow or unreachable layer never slows a run, and subscribers
+    that miss a message catch up from the database by sequence number.
 
     The in-memory layer (the embedded default) keeps asyncio queues that belong to
-    the server's event loop, so its messages are handed to that loop (which
-    subscribers register with :meth:`attach_loop`); other layers are sent to from
-    this thread's own loop.
+    the server's event loop (which subscribers register with :meth:`attach_loop`):
+    its messages go straight onto that loop, in order, one thread hop from the
+    commit. Other layers (Redis) are sent to from one background thread with its
+    own loop, fed by a queue.
     """
 
     def __init__(self) -> None:
@@ -359,6 +359,8 @@ class _Publisher:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._server_loop: asyncio.AbstractEventLoop | None = None
+        # In-memory deliveries not finished yet (see drain()).
+        self._inflight: set[asyncio.Task[None]] = set()
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver in-memory messages on ``loop``, where the subscribers wait."""
@@ -377,6 +379,12 @@ class _Publisher:
         return not isinstance(layer, InMemoryChannelLayer) or group in layer.groups
 
     def send(self, group: str, message: dict[str, Any] | tuple[list[Event], int | None]) -> None:
+        layer = get_channel_layer()
+        if isinstance(layer, InMemoryChannelLayer):
+            server = self._server_loop
+            if server is not None and not server.is_closed():
+                server.call_soon_threadsafe(self._deliver_in_memory, layer, group, message)
+            return
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -421,22 +429,44 @@ class _Publisher:
             ]
         return messages
 
+    @staticmethod
     def _deliver(
-        self, loop: asyncio.AbstractEventLoop, layer: Any, group: str, message: dict[str, Any]
+        loop: asyncio.AbstractEventLoop, layer: Any, group: str, message: dict[str, Any]
     ) -> None:
-        if isinstance(layer, InMemoryChannelLayer):
-            server = self._server_loop
-            if server is None or server.is_closed():
-                return
-            if group not in layer.groups:
-                return
-            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), server)
-            future.result(timeout=5)
-        else:
-            loop.run_until_complete(layer.group_send(group, message))
+        loop.run_until_complete(layer.group_send(group, message))
+
+    def _deliver_in_memory(self, layer: InMemoryChannelLayer, group: str, item: Any) -> None:
+        # On the server's loop; callbacks run in the order they were handed over, and
+        # each task they start is queued behind the one before.
+        for target, message in self._messages(group, item):
+            if target in layer.groups:
+                task = asyncio.ensure_future(layer.group_send(target, message))
+                self._inflight.add(task)
+                task.add_done_callback(self._delivered)
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("Publishing to the in-memory layer failed", exc_info=task.exception())
+
+    async def _settle(self) -> None:
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
     def drain(self, timeout: float = 5.0) -> None:
-        """Wait until everything queued so far was sent (for tests and shutdown)."""
+        """Wait until everything handed over so far was sent (for tests and
+        shutdown). Called on the server's own loop it cannot wait, and returns."""
+        server = self._server_loop
+        if server is not None and server.is_running():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not server:
+                # Runs after every delivery handed over before it (FIFO callbacks).
+                settled = asyncio.run_coroutine_threadsafe(self._settle(), server)
+                with contextlib.suppress(TimeoutError):
+                    settled.result(timeout)
         if self._thread is None:
             return
         done = threading.Event()
