@@ -10,12 +10,13 @@ from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_store
 from runs_app.models import Run, RunEvent, ToolCall, Turn
 from runs_app.services import event_append
-from sessions_app.models import Session
+from sessions_app.models import ApiToken, Session
+from sessions_app.services import api_token_create
 from tests.factories import SessionFactory, ToolCallFactory
 
-MODELS = [Session, Run, Turn, ToolCall, RunEvent, MemoryEntry, MemoryRevision]
+MODELS = [Session, Run, Turn, ToolCall, RunEvent, MemoryEntry, MemoryRevision, ApiToken]
 # Memory entries are editable by staff (through the services); see tests/admin.
-READ_ONLY = [Run, Turn, ToolCall, RunEvent, MemoryRevision]
+READ_ONLY = [Run, Turn, ToolCall, RunEvent, MemoryRevision, ApiToken]
 
 
 def _changelist(model) -> str:
@@ -45,6 +46,7 @@ def records(owner):
         RunEvent: RunEvent.objects.filter(session=session).first(),
         MemoryEntry: MemoryEntry.objects.get(session=session),
         MemoryRevision: MemoryRevision.objects.get(session=session),
+        ApiToken: api_token_create(user_id=owner.pk, name="ci")[0],
     }
 
 
