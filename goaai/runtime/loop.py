@@ -37,6 +37,7 @@ from goaai.runtime.tools import Tool, ToolContext, ToolRejected
 from goaai.runtime.tools.base import DelegationPaused
 from goaai.runtime.types import (
     Message,
+    ModelReply,
     RunContext,
     RunError,
     RunInfo,
@@ -86,6 +87,18 @@ class _Paused(Exception):
     def __init__(self, run: RunInfo) -> None:
         super().__init__("paused")
         self.run = run
+
+
+class _Interrupted(Exception):
+    """A cancel request came while the model was still answering."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# While a model streams its answer, how often the loop looks for a cancel request.
+CANCEL_CHECK_SECONDS = 0.5
 
 
 class _LeaseLost(Exception):
@@ -286,10 +299,22 @@ class TurnLoop:
         """One model round-trip: the tool calls the model wants, or, when it
         answered, the completed run."""
         turn_started = self.clock()
-        reply = model.complete(
-            ModelRequest(messages=tuple(progress.messages), tools=specs),
-            self._delta_sink(context, turn_id),
-        )
+        streamed: list[str] = []
+        try:
+            reply = model.complete(
+                ModelRequest(messages=tuple(progress.messages), tools=specs),
+                self._delta_sink(context, turn_id, streamed),
+            )
+        except _Interrupted as interrupted:
+            # Stopped halfway through its answer: the turn keeps what was said so far
+            # (the person saw it), and the run ends canceled.
+            partial = "".join(streamed)
+            self.store.complete_turn(
+                turn_id=turn_id,
+                reply=ModelReply(text=partial, model=model.name),
+                latency_ms=int((self.clock() - turn_started) * 1000),
+            )
+            raise _Stop(RunStatus.CANCELED, reason=interrupted.reason) from None
         self.store.complete_turn(
             turn_id=turn_id, reply=reply, latency_ms=int((self.clock() - turn_started) * 1000)
         )
@@ -517,11 +542,28 @@ class TurnLoop:
         tools = self.agents.tools_of(agent)
         return {name: t for name, t in tools.items() if policy.allows(name, t.toolset)}
 
-    def _delta_sink(self, context: RunContext, turn_id: UUID) -> Callable[[str], None] | None:
+    def _delta_sink(
+        self, context: RunContext, turn_id: UUID, streamed: list[str]
+    ) -> Callable[[str], None] | None:
+        """Where the model's text goes as it is written: to live subscribers, and
+        into ``streamed``; a cancel request (looked for every half second) stops
+        the answer there."""
         publish = self.publish_delta
         if publish is None:
             return None
-        return lambda text: publish(context, turn_id, text)
+        checked = self.clock()
+
+        def sink(text: str) -> None:
+            nonlocal checked
+            streamed.append(text)
+            publish(context, turn_id, text)
+            if self.clock() - checked >= CANCEL_CHECK_SECONDS:
+                checked = self.clock()
+                reason = self.store.cancel_requested(context.run_id)
+                if reason is not None:
+                    raise _Interrupted(reason)
+
+        return sink
 
     def _initial_messages(self, agent: Agent, context: RunContext) -> list[Message]:
         messages: list[Message] = []

@@ -163,3 +163,29 @@ def test_stop_a_waiting_run_with_the_button_and_with_escape(page, alice_api):
     expect(send_button).to_have_text("Send")
     expect(composer_form).to_have_attribute("data-state", "idle")
     assert alice_api.get(f"runs/{run.get_attribute('data-run-id')}/")["status"] == "canceled"
+
+
+def test_stop_a_streaming_answer_keeps_what_was_said(page, alice_api):
+    from goaai.runtime.models.scripted import STORY
+
+    open_chat(page, alice_api.new_session("A story"))
+    run = send(page, "tell me a story")
+    message = answer(run)
+    # A few words in (the story streams at a reading pace), press Stop.
+    expect(message).to_contain_text("Once upon a time")
+    page.get_by_test_id("stop-button").click()
+    wait_run(run, "canceled")
+    expect(run.get_by_test_id("stopped-tag")).to_be_visible()
+    shown = message.inner_text().replace("stopped", "").strip()
+    assert shown.startswith("Once upon a time")
+    assert len(shown) < len(STORY), "the answer went on after Stop"
+
+    # What was said before Stop is part of the record: a reload shows it again.
+    page.reload()
+    wait_connected(page)
+    reloaded = page.get_by_test_id("run").nth(0)
+    wait_run(reloaded, "canceled")
+    kept = answer(reloaded).inner_text().replace("stopped", "").strip()
+    assert kept.startswith("Once upon a time")
+    assert len(kept) < len(STORY)
+    expect(reloaded.get_by_test_id("stopped-tag")).to_be_visible()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import UUID, uuid4
@@ -91,14 +90,10 @@ def slow_answers(monkeypatch) -> threading.Event:
     stream = scripted._stream
     streaming = threading.Event()
 
-    def slow(text: str, on_delta: Any) -> None:
-        def each(piece: str) -> None:
-            time.sleep(0.02)
-            on_delta(piece)
-
+    def slow(text: str, on_delta: Any, pace: float = 0.0) -> None:
         if on_delta is not None:
             streaming.set()
-            stream(text, each)
+            stream(text, on_delta, max(pace, 0.02))
 
     monkeypatch.setattr(scripted, "_stream", slow)
     return streaming

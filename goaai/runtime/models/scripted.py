@@ -23,6 +23,9 @@ the user says                                  the model
 ``sloppy <any of the above>``                  first sends badly named arguments,
                                                reads the ``invalid_call`` error,
                                                and corrects them
+``tell me a story``                            streams a story of about 150 words
+                                               at a reading pace (some 9 s), to
+                                               watch streaming and try Stop
 anything else                                  explains what it can do (an agent
                                                that has ``ask_assistant`` and no
                                                tool for the request delegates it)
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +54,22 @@ _HAS_OPERATOR = re.compile(
 )
 _TIME_ZONE = re.compile(r"\bin\s+([A-Za-z_]+(?:/[A-Za-z_+\-]+)+|UTC)\b")
 _TRAILING = " ?!.\t\n"
+
+# A story long enough to watch it stream, and to stop it halfway.
+STORY = (
+    "Once upon a time, in a town where the trams ran on time and the bakers sang, "
+    "there lived a small robot called Ada who kept a notebook of everything people "
+    "told her. She wrote down favourite colours, birthdays, the names of cats and the "
+    "way each neighbour liked their tea. One winter the town's clock stopped, and "
+    "nobody could agree on the hour. Ada opened her notebook, added up the minutes "
+    "since the baker's first song, asked the tram drivers when they had left the "
+    "depot, and worked the time out to the second. The mayor wound the clock, the "
+    "trams ran on time again, and the bakers sang a little louder than before. From "
+    "then on, whenever someone forgot something, they knocked on Ada's door, and she "
+    "would smile, turn a page, and read it back to them, exactly as they had said it. "
+    "And that is why, in that town, nobody ever forgets the way you like your tea."
+)
+STORY_PACE = 0.06
 
 HELP_TEXT = (
     "I'm goaai's offline scripted assistant. I can remember things "
@@ -69,6 +89,8 @@ class Intent:
     possessive: bool = False
     # Send the first call with its arguments under a wrong name (to show correction).
     sloppy: bool = False
+    # Seconds between streamed words (0: as fast as possible).
+    pace: float = 0.0
 
 
 def _strip_owner(phrase: str) -> tuple[str, bool]:
@@ -101,6 +123,9 @@ def understand(text: str) -> Intent:
             sloppy=bool(inner.tool),
         )
     lowered = message.lower()
+
+    if re.match(r"^(?:please\s+)?tell me a (?:long )?story\b", lowered):
+        return Intent(reply=STORY, pace=STORY_PACE)
 
     match = re.match(r"^ask (?:the )?assistant(?: to)?[:,]?\s+(.+)$", message, re.I)
     if match:
@@ -239,10 +264,12 @@ def _estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4) if text else 0
 
 
-def _stream(text: str, on_delta: DeltaCallback | None) -> None:
+def _stream(text: str, on_delta: DeltaCallback | None, pace: float = 0.0) -> None:
     if on_delta is None:
         return
-    for piece in re.findall(r"\S+\s*", text):
+    for index, piece in enumerate(re.findall(r"\S+\s*", text)):
+        if pace and index:
+            time.sleep(pace)
         on_delta(piece)
 
 
@@ -274,10 +301,12 @@ class ScriptedModel:
         text = intent.reply or (
             f"I would use the {intent.tool} tool for that, but I don't have it here."
         )
-        return self._say(text, usage_in, on_delta)
+        return self._say(text, usage_in, on_delta, intent.pace)
 
-    def _say(self, text: str, usage_in: int, on_delta: DeltaCallback | None) -> ModelReply:
-        _stream(text, on_delta)
+    def _say(
+        self, text: str, usage_in: int, on_delta: DeltaCallback | None, pace: float = 0.0
+    ) -> ModelReply:
+        _stream(text, on_delta, pace)
         return ModelReply(text=text, usage=Usage(usage_in, _estimate_tokens(text)), model=self.name)
 
     def _call(self, intent: Intent, usage_in: int, *, attempt: int, sloppy: bool) -> ModelReply:

@@ -717,3 +717,50 @@ def test_token_usage_is_recorded_per_turn_and_summed_on_the_run(engine, session)
         "output_tokens": 12,
         "total_tokens": 45,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_the_model_streams_stops_the_answer_and_keeps_what_was_said(
+    engine, session, monkeypatch
+):
+    # The story streams word by word; a cancel arrives after a few words. The loop
+    # looks for it while the answer streams (not only between steps), so the answer
+    # stops there: the turn keeps the words already said, and the run is canceled.
+    monkeypatch.setattr("goaai.runtime.loop.CANCEL_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr("goaai.runtime.models.scripted.STORY_PACE", 0.0)
+    words: list[str] = []
+
+    def publish(context, turn_id, text: str) -> None:
+        words.append(text)
+        if len(words) == 5:
+            rt.cancel_run(context.run_id, reason="user_requested")
+
+    monkeypatch.setattr(rt.store, "publish_delta", publish)
+
+    info = rt.run("assistant", "tell me a story", session=session.id)
+
+    assert info.status == RunStatus.CANCELED
+    run = Run.objects.get(pk=info.id)
+    (turn,) = run.turns.all()
+    assert turn.response_text == "".join(words)
+    assert 5 <= len(words) < 20, "the answer went on after the cancel"
+    assert run.output == ""
+    types = _event_types(info.id)
+    assert types[-2:] == [E.USAGE, E.RUN_CANCELED]
+    assert _events(info.id, E.MESSAGE_COMPLETED) == [
+        {"turn": str(turn.id), "role": "assistant", "text": "".join(words)}
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_story_streams_whole_when_nobody_stops_it(engine, session, monkeypatch):
+    monkeypatch.setattr("goaai.runtime.models.scripted.STORY_PACE", 0.0)
+    from goaai.runtime.models.scripted import STORY
+
+    words: list[str] = []
+    monkeypatch.setattr(rt.store, "publish_delta", lambda context, turn, text: words.append(text))
+
+    info = rt.run("assistant", "tell me a story", session=session.id)
+
+    assert info.status == RunStatus.COMPLETED
+    assert info.output == STORY == "".join(words)
