@@ -86,6 +86,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "API token"
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["user", "-created_at"], name="apitoken_user_created")]
 
