@@ -256,6 +256,16 @@ def tool_names() -> list[str]:
 # Exports
 
 
+def _cell(value: Any) -> Any:
+    """A CSV cell: JSON values as JSON; text that a spreadsheet would run as a
+    formula (=, +, -, @ first) is prefixed with a quote, so it stays text."""
+    if isinstance(value, dict | list):
+        value = json.dumps(value)
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 class _Echo:
     """A file-like object whose write returns the line, for streaming CSV."""
 
@@ -281,9 +291,7 @@ def csv_download(
     def lines() -> Iterator[str]:
         yield writer.writerow(header or columns)
         for row in queryset.values_list(*columns).iterator():
-            yield writer.writerow(
-                [json.dumps(value) if isinstance(value, dict | list) else value for value in row]
-            )
+            yield writer.writerow([_cell(value) for value in row])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

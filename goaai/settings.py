@@ -145,7 +145,9 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": GOAAI_CHANNEL_CAPACITY},
+            # Subscriptions last as long as their sockets: the layer's default drops
+            # a group membership after a day, silencing a chat left open that long.
+            "CONFIG": {"capacity": GOAAI_CHANNEL_CAPACITY, "group_expiry": 10**9},
         }
     }
 

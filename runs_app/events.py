@@ -488,12 +488,21 @@ def publish_events(events: list[Event], owner_id: int | None = None) -> None:
         publisher.send(group, (events, owner_id if to_owner else None))
 
 
+def token_group(token_id: UUID | str) -> str:
+    """The group of the live streams an API token opened (told when it is revoked)."""
+    return f"token.{UUID(str(token_id)).hex}"
+
+
+def publish_to(group: str, message: dict[str, Any]) -> None:
+    """Queue one message for a group's subscribers, if it may have any."""
+    if publisher.listened(group):
+        publisher.send(group, message)
+
+
 def publish_user_change(owner_id: int, event: dict[str, Any]) -> None:
     """Queue a change that is not in any session's log (a deleted session) for the
     owner's stream of changes."""
-    group = user_group(owner_id)
-    if publisher.listened(group):
-        publisher.send(group, {"type": "user.change", "event": event})
+    publish_to(user_group(owner_id), {"type": "user.change", "event": event})
 
 
 def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:

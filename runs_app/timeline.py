@@ -132,7 +132,7 @@ class TimelineFilter:
         return cls(
             types=types,
             failed_only=str(query.get("failed", "")) in ("1", "on", "true"),
-            text=str(query.get("q", "")).strip()[:200],
+            text=str(query.get("q", "")).replace("\x00", "").strip()[:200],
             newest_first=str(query.get("order", "")) == "desc",
             view=view if view in VIEWS else "all",
             after=_int_or_none(query.get("after")),

@@ -10,19 +10,18 @@ from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from runs_app.events import session_group, user_group
+from runs_app.events import session_group, token_group, user_group
 from sessions_app.streams import (
-    CATCH_UP_PAGE,
     CLOSE_NO_SESSION,
     CLOSE_NOT_ALLOWED,
     CLOSE_NOT_AUTHENTICATED,
     CLOSE_RESYNC,
     MAX_LIVE_GAP,
     Sequencer,
-    events_after,
     origin_allowed,
     parse_after,
     session_visible,
+    stored_after,
     subscribe,
 )
 
@@ -48,7 +47,18 @@ class _Consumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(CLOSE_NOT_AUTHENTICATED)
             return None
+        token_id = self.scope.get("api_token_id")
+        if token_id is not None:
+            await self.join(token_group(token_id))
         return user
+
+    async def token_revoked(self, message: dict[str, Any]) -> None:
+        """The API token this socket authenticated with was revoked."""
+        await self.error("token_revoked", "The token this connection used was revoked.")
+        await self.close(CLOSE_NOT_AUTHENTICATED)
+
+    async def on_ping(self) -> None:
+        """After a pong: a chance to look for anything missed (see SessionConsumer)."""
 
     async def join(self, group: str) -> None:
         await subscribe(self.channel_layer, group, self.channel_name)
@@ -81,6 +91,7 @@ class _Consumer(AsyncWebsocketConsumer):
             return
         if frame["type"] == "ping":
             await self.send_frame({"type": "pong"})
+            await self.on_ping()
             return
         await self.error("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")
 
@@ -106,13 +117,17 @@ class SessionConsumer(_Consumer):
         # to this socket; one that comes both ways is dropped by its sequence number.
         await self.join(session_group(session_id))
         self.sequencer = Sequencer(session_id=session_id, last=after)
-        while True:
-            page = await events_after(session_id, self.sequencer.last)
-            ready, _ = self.sequencer.take(page)
-            await self.send_events(ready)
-            if len(page) < CATCH_UP_PAGE:
-                break
+        async for events in stored_after(self.sequencer):
+            await self.send_events(events)
         await self.send_frame({"type": "caught_up", "seq": self.sequencer.last})
+
+    async def on_ping(self) -> None:
+        # A gap shows only when a later event arrives; the last events of a run that
+        # the layer dropped would never show one. Clients ping while idle, so each
+        # ping also reads what the database has after the last event sent.
+        if hasattr(self, "sequencer"):
+            async for events in stored_after(self.sequencer):
+                await self.send_events(events)
 
     async def send_events(self, events: list[dict[str, Any]]) -> None:
         for event in events:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
 from goaai.runtime.vocabulary import EventType
-from runs_app.events import publish_user_change, recording
+from runs_app.events import publish_to, publish_user_change, recording, token_group
 from runs_app.services import runs_cancel_in_session
 from sessions_app.models import ApiToken, Session, SessionStatus
 
@@ -125,7 +125,14 @@ def api_token_create(
 def api_token_revoke(*, token_id: UUID) -> ApiToken:
     """Revoke a token: it stops working at once. The row stays, for audit."""
     now = timezone.now()
-    ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now)
+    with transaction.atomic():
+        revoked = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        if revoked:
+            # Streams the token opened close at once, not only new requests.
+            group = token_group(token_id)
+            transaction.on_commit(lambda: publish_to(group, {"type": "token.revoked"}))
     try:
         return ApiToken.objects.get(pk=token_id)
     except ApiToken.DoesNotExist:

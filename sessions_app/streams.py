@@ -13,6 +13,7 @@ gap is too large to fill is told to reconnect from its last sequence (``resync``
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -96,6 +97,18 @@ async def subscribe(layer: Any, group: str, channel: str) -> None:
     """Join ``group``; in-memory messages are then delivered on this event loop."""
     publisher.attach_loop(asyncio.get_running_loop())
     await layer.group_add(group, channel)
+
+
+async def stored_after(sequencer: Sequencer) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every stored event after the last one ``sequencer`` let through, in order,
+    a page at a time (a long backlog is sent as it is read, never held whole)."""
+    while True:
+        page = await events_after(sequencer.session_id, sequencer.last)
+        ready = sequencer.take(page)[0]
+        if ready:
+            yield ready
+        if len(page) < CATCH_UP_PAGE:
+            return
 
 
 def origin_allowed(headers: dict[bytes, bytes]) -> bool:

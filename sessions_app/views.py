@@ -90,7 +90,9 @@ def _groups(sessions: list[Session]) -> list[tuple[str, list[Session]]]:
 
 def _page_number(request: HttpRequest) -> int:
     try:
-        return max(1, int(request.GET.get("page", "1")))
+        # Bounded: a page past any real list is empty, not an OFFSET the database
+        # cannot hold.
+        return min(max(1, int(request.GET.get("page", "1"))), 100_000)
     except ValueError:
         return 1
 
@@ -99,7 +101,8 @@ def _page_number(request: HttpRequest) -> int:
 def session_list(request: HttpRequest) -> HttpResponse:
     """The user's sessions, newest first, searchable by title and paged without a
     COUNT: a page reads one row more than it shows to know whether another follows."""
-    query = request.GET.get("q", "").strip()[:MAX_TITLE_LENGTH]
+    # NUL cannot be stored or searched for in PostgreSQL text: it is dropped.
+    query = request.GET.get("q", "").replace("\x00", "").strip()[:MAX_TITLE_LENGTH]
     page = _page_number(request)
     offset = (page - 1) * PAGE_SIZE
     rows = list(_own_sessions(request.user, query)[offset : offset + PAGE_SIZE + 1])
@@ -127,7 +130,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     """Choose an agent (and a title) and start a conversation with it."""
     agents = rt.agents.all()
     chosen = request.POST.get("agent") or request.GET.get("agent") or "assistant"
-    title = request.POST.get("title", "").strip()
+    title = request.POST.get("title", "").replace("\x00", "").strip()
     error = ""
     if request.method == "POST":
         try:

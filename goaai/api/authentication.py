@@ -86,7 +86,12 @@ class WebSocketTokenMiddleware:
             from django.contrib.auth.models import AnonymousUser
 
             found = await database_sync_to_async(token_user)(raw)
-            scope = {**scope, "user": found[0] if found else AnonymousUser()}
+            scope = {
+                **scope,
+                "user": found[0] if found else AnonymousUser(),
+                # The consumer listens for the token's revocation and closes then.
+                "api_token_id": found[1].pk if found else None,
+            }
         return await self.inner(scope, receive, send)
 
 

@@ -11,10 +11,31 @@ MAX_JSON_BYTES = 16 * 1024
 MAX_LABELS = 32
 
 
+def has_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL character in a key or a string anywhere
+    (PostgreSQL cannot store one in text or JSON)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(key) or has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(has_nul(item) for item in value)
+    return False
+
+
+def check_no_nul(value: Any, *, what: str) -> Any:
+    if has_nul(value):
+        raise serializers.ValidationError(
+            f"{what} cannot contain NUL characters.", code="null_characters_not_allowed"
+        )
+    return value
+
+
 def check_json_object(value: Any, *, what: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """A JSON object of at most ``max_bytes`` encoded: metadata and the like."""
     if not isinstance(value, dict):
         raise serializers.ValidationError(f"{what} must be a JSON object.", code="invalid")
+    check_no_nul(value, what=what)
     if len(json.dumps(value, ensure_ascii=False).encode()) > max_bytes:
         raise serializers.ValidationError(
             f"{what} is larger than {max_bytes} bytes once encoded.", code="too_large"
@@ -28,6 +49,7 @@ def check_labels(value: Any) -> dict[str, str]:
         raise serializers.ValidationError("Labels must be a JSON object.", code="invalid")
     if len(value) > MAX_LABELS:
         raise serializers.ValidationError(f"At most {MAX_LABELS} labels.", code="too_many")
+    check_no_nul(value, what="Labels")
     for key, item in value.items():
         if not isinstance(item, str) or not key or len(key) > 100 or len(item) > 200:
             raise serializers.ValidationError(

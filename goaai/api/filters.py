@@ -37,6 +37,8 @@ def filter_json_key(
         raise ValidationError(
             {param: ["Keys are 1 to 100 letters, digits, '_' or '-'."]}, code="invalid"
         )
+    if "\x00" in raw:
+        raise ValidationError({param: ["NUL characters are not allowed."]}, code="invalid")
     # An alias of its own per key (hyphens are not allowed in alias names).
     alias = f"_json_{field}_{hashlib.blake2s(key.encode(), digest_size=6).hexdigest()}"
     match = Q()

@@ -16,7 +16,13 @@ from memory_app.models import MemoryEntry
 class MemoryFilter(django_filters.FilterSet):
     scope = django_filters.ChoiceFilter(choices=choices(MemoryScope))
     session = django_filters.UUIDFilter(field_name="session_id")
-    user = django_filters.NumberFilter(field_name="user_id", label="A user's id (user scope).")
+    user = django_filters.NumberFilter(
+        field_name="user_id",
+        label="A user's id (user scope).",
+        min_value=1,
+        max_value=2**63 - 1,
+        decimal_places=0,
+    )
     agent = django_filters.CharFilter()
     key = django_filters.CharFilter()
     q = django_filters.CharFilter(method="search", label="Text in the key or the value.")

@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from goaai.api.fields import check_no_nul
 from goaai.runtime.vocabulary import MEMORY_SCOPE_CHOICES
 from memory_app.models import MemoryEntry, MemoryRevision
 
@@ -91,6 +92,7 @@ class MemoryRevisionSerializer(serializers.ModelSerializer):  # type: ignore[typ
 
 
 def check_value(value: Any) -> Any:
+    check_no_nul(value, what="A value")
     if len(json.dumps(value, ensure_ascii=False).encode()) > MAX_VALUE_BYTES:
         raise serializers.ValidationError(
             f"A value is at most {MAX_VALUE_BYTES} bytes once encoded.", code="too_large"

@@ -74,7 +74,11 @@ def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
 @extend_validation_errors(
     ["in_past"], field_name="expires_at", actions=["create", "partial_update"]
 )
-@extend_validation_errors(["too_large"], field_name="value", actions=["create", "partial_update"])
+@extend_validation_errors(
+    ["too_large", "null_characters_not_allowed"],
+    field_name="value",
+    actions=["create", "partial_update"],
+)
 @extend_schema_view(
     list=extend_schema(
         summary="List memory entries",
@@ -204,7 +208,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         raw = request.query_params.get("version")
         expected: int | None = None
         if raw is not None:
-            if not raw.isdigit() or int(raw) < 1:
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < 1:
                 raise ValidationError({"version": ["A positive integer."]})
             expected = int(raw)
         deleted = services.memory_delete(
@@ -234,8 +238,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         key = request.query_params.get("key", "").strip()
         raw_session = request.query_params.get("session", "")
         errors: dict[str, list[str]] = {}
-        if not key or len(key) > 200:
-            errors["key"] = ["A key of 1 to 200 characters."]
+        if not key or len(key) > 200 or "\x00" in key:
+            errors["key"] = ["A key of 1 to 200 characters (no NUL)."]
         try:
             session_id = UUID(raw_session)
         except ValueError:

@@ -108,8 +108,14 @@ class SessionScopedMixin:
 @extend_validation_errors(["invalid"], field_name="label", actions=["list"])
 @extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
 @extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
-@extend_validation_errors(["invalid", "too_many"], field_name="labels", actions=["create"])
-@extend_validation_errors(["invalid", "too_large"], field_name="metadata", actions=["create"])
+@extend_validation_errors(
+    ["invalid", "too_many", "null_characters_not_allowed"], field_name="labels", actions=["create"]
+)
+@extend_validation_errors(
+    ["invalid", "too_large", "null_characters_not_allowed"],
+    field_name="metadata",
+    actions=["create"],
+)
 @extend_validation_errors(["invalid"], field_name="Idempotency-Key", actions=["create"])
 @extend_schema_view(
     list=extend_schema(summary="List a session's runs", description="Newest first."),
@@ -133,9 +139,9 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         return super().get_throttles()
 
     def check_throttles(self, request: Request) -> None:
-        if self.action == "create":
-            check_run_throttles(self, request, self.get_throttles())
-        else:
+        # Starting a run is counted in create(), once the request is known to start
+        # one: a refused body or a replayed Idempotency-Key costs no allowance.
+        if self.action != "create":
             super().check_throttles(request)
 
     @extend_schema(
@@ -176,6 +182,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
             earlier = run_for_idempotency_key(session_id=session.pk, key=key)
             if earlier is not None:
                 return _replay(earlier, fingerprint)
+        check_run_throttles(self, request, self.get_throttles())
         try:
             handle = rt.start(
                 session.agent,

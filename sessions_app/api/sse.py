@@ -22,14 +22,13 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from goaai.api.authentication import token_user
-from runs_app.events import session_group, user_group
+from runs_app.events import session_group, token_group, user_group
 from sessions_app.streams import (
-    CATCH_UP_PAGE,
     MAX_LIVE_GAP,
     Sequencer,
-    events_after,
     parse_after,
     session_visible,
+    stored_after,
     subscribe,
 )
 
@@ -46,14 +45,15 @@ def _error(status: int, kind: str, code: str, detail: str, attr: str | None = No
     return response
 
 
-async def _caller(request: HttpRequest) -> Any:
-    """The authenticated user, from a Bearer token or the browser session."""
+async def _caller(request: HttpRequest) -> tuple[Any, str | None]:
+    """The authenticated user (``None`` if none), from a Bearer token or the browser
+    session, and the group that hears of the token's revocation (if a token)."""
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         found = await sync_to_async(token_user)(credentials.strip())
-        return found[0] if found else None
+        return (found[0], token_group(found[1].pk)) if found else (None, None)
     user = await request.auser()
-    return user if user.is_authenticated else None
+    return (user if user.is_authenticated else None), None
 
 
 def _frame(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -81,7 +81,7 @@ async def _messages(channel: str) -> AsyncIterator[dict[str, Any] | None]:
 async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpResponseBase:
     if request.method != "GET":
         return _error(405, "client_error", "method_not_allowed", "Only GET.")
-    user = await _caller(request)
+    user, revocations = await _caller(request)
     if user is None:
         return _error(401, "client_error", "not_authenticated", "Send credentials.")
     if not await session_visible(session_id, user):
@@ -99,18 +99,25 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
             # Joined here, once the response is being sent, so that leaving is in the
             # same ``finally`` (a client gone before that never joins); still before
             # the backlog is read, as the WebSocket does (see sessions_app.streams).
-            await subscribe(layer, group, channel)
+            for joined in (group, revocations):
+                if joined:
+                    await subscribe(layer, joined, channel)
             yield "retry: 2000\n\n"
-            while True:
-                page = await events_after(session_id, sequencer.last)
-                for event in sequencer.take(page)[0]:
+            async for events in stored_after(sequencer):
+                for event in events:
                     yield _frame(event["type"], event, event["seq"])
-                if len(page) < CATCH_UP_PAGE:
-                    break
             yield _frame("caught_up", {"seq": sequencer.last})
             async for message in _messages(channel):
                 if message is None:
+                    # Quiet for a while: also look for events the layer may have
+                    # dropped at the end of a run (no later event shows that gap).
+                    async for events in stored_after(sequencer):
+                        for event in events:
+                            yield _frame(event["type"], event, event["seq"])
                     yield ": keep-alive\n\n"
+                elif message["type"] == "token.revoked":
+                    yield _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
+                    return
                 elif message["type"] == "run.delta":
                     delta = {k: message[k] for k in ("run", "turn", "text")}
                     yield _frame("delta", delta)
@@ -126,7 +133,9 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
                     for event in ready:
                         yield _frame(event["type"], event, event["seq"])
         finally:
-            await layer.group_discard(group, channel)
+            for joined in (group, revocations):
+                if joined:
+                    await layer.group_discard(joined, channel)
 
     return _stream(frames())
 
@@ -134,7 +143,7 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
 async def session_list_stream(request: HttpRequest) -> HttpResponseBase:
     if request.method != "GET":
         return _error(405, "client_error", "method_not_allowed", "Only GET.")
-    user = await _caller(request)
+    user, revocations = await _caller(request)
     if user is None:
         return _error(401, "client_error", "not_authenticated", "Send credentials.")
     layer = get_channel_layer()
@@ -143,15 +152,22 @@ async def session_list_stream(request: HttpRequest) -> HttpResponseBase:
 
     async def frames() -> AsyncIterator[str]:
         try:
-            await subscribe(layer, group, channel)
+            for joined in (group, revocations):
+                if joined:
+                    await subscribe(layer, joined, channel)
             yield "retry: 2000\n\n"
             yield _frame("ready", {})
             async for message in _messages(channel):
                 if message is None:
                     yield ": keep-alive\n\n"
+                elif message["type"] == "token.revoked":
+                    yield _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
+                    return
                 elif message["type"] == "user.change":
                     yield _frame(message["event"]["type"], message["event"])
         finally:
-            await layer.group_discard(group, channel)
+            for joined in (group, revocations):
+                if joined:
+                    await layer.group_discard(joined, channel)
 
     return _stream(frames())

@@ -32,7 +32,9 @@ from sessions_app.models import ApiToken, Session
 
 @extend_validation_errors(["unknown_agent"], field_name="agent", actions=["create"])
 @extend_validation_errors(
-    ["invalid", "too_large"], field_name="metadata", actions=["create", "partial_update"]
+    ["invalid", "too_large", "null_characters_not_allowed"],
+    field_name="metadata",
+    actions=["create", "partial_update"],
 )
 @extend_validation_errors(["empty"], field_name="non_field_errors", actions=["partial_update"])
 @extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])

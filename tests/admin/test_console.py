@@ -292,3 +292,12 @@ def test_non_staff_cannot_use_the_console(client, other_user):
         assert response.status_code == 302
         assert "/admin/login/" in response["Location"]
     assert UserFactory  # the personas come from the shared factories
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_stay_text(operator, owner):
+    run = RunFactory(session__owner=owner, input='=HYPERLINK("http://x","y")')
+    response = operator.post(
+        changelist(Run), {"action": "export_csv", "_selected_action": [str(run.pk)]}
+    )
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[1][4] == '\'=HYPERLINK("http://x","y")'

@@ -29,6 +29,7 @@ from goaai.runtime.models import scripted
 from runs_app import events as runs_events
 from runs_app.events import event_as_dict, session_group
 from runs_app.models import RunEvent
+from sessions_app.models import ApiToken
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
 TIMEOUT = 5
@@ -572,3 +573,48 @@ async def test_a_frame_just_under_the_limit_is_read(open_socket, session, auth):
     await socket.send_to(text_data=frame.replace('""', '"' + "x" * (16 * 1024 - len(frame)) + '"'))
 
     assert await socket.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+
+
+# What a reviewer found: revocation, a lost tail, a day-old subscription
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_revoking_the_token_closes_its_open_socket(open_socket, session, token, auth):
+    socket = await open_socket(url(session), auth)
+    await backlog(socket)
+    revoked = await database_sync_to_async(
+        lambda: api_token_revoke(token_id=ApiToken.objects.get().pk)
+    )()
+    assert revoked.revoked_at is not None
+    frame = await socket.receive_json_from(timeout=TIMEOUT)
+    assert frame == {
+        "type": "error",
+        "code": "token_revoked",
+        "detail": "The token this connection used was revoked.",
+    }
+    assert await closed_with(socket) == 4401
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_ping_brings_the_events_the_layer_dropped_at_the_end_of_a_run(
+    open_socket, session, auth, monkeypatch
+):
+    # The run's last events never reach the layer (as when a full queue drops them):
+    # no later event shows the gap, so the client's idle ping must bring them.
+    socket = await open_socket(url(session), auth)
+    _, last = await backlog(socket)
+    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    run_id = await start(session)
+    await database_sync_to_async(rt.wait)(run_id, 30)
+    await socket.send_json_to({"type": "ping"})
+    expected = await stored(session, after=last)
+    # (The run's deltas still came live, before the pong; they are not stored.)
+    frames = await frames_until(socket, is_event("run.completed"))
+    assert {"type": "pong"} in frames
+    assert events_of(frames) == expected
+
+
+def test_in_memory_subscriptions_do_not_expire_after_a_day(settings):
+    config = settings.CHANNEL_LAYERS["default"]
+    if config["BACKEND"].endswith("InMemoryChannelLayer"):
+        assert config["CONFIG"]["group_expiry"] > 365 * 86400
