@@ -13,11 +13,12 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
 from goaai.api.authentication import WebSocketTokenMiddleware  # noqa: E402
+from goaai.body_limit import BodyLimit  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),
         # Origins are checked by the consumers, which close with a documented code.
         "websocket": AuthMiddlewareStack(
             WebSocketTokenMiddleware(URLRouter(websocket_urlpatterns))

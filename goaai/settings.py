@@ -252,6 +252,8 @@ SPECTACULAR_SETTINGS = {
 }
 # The largest request body the API reads (a run's input is at most 32,000 characters).
 GOAAI_API_MAX_BODY_BYTES = env_int("GOAAI_API_MAX_BODY_BYTES", 256 * 1024)
+# The largest request body the ASGI server reads for any other page (forms, admin).
+GOAAI_MAX_BODY_BYTES = env_int("GOAAI_MAX_BODY_BYTES", 10 * 1024 * 1024)
 # Starting runs costs model tokens: limits per user (all credentials) and per token.
 GOAAI_THROTTLE_RATES = {
     "run_create_user": env_str("GOAAI_RUN_RATE_PER_USER", "120/min"),
