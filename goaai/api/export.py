@@ -28,28 +28,41 @@ RUN_EXPORT_FORMAT = "goaai.run.v1"
 _CHUNK = 1000
 
 
-def session_document(session: Session) -> dict[str, Any]:
-    """Everything recorded about a session: the session, its runs (child runs too)
-    with their turns and tool calls, its whole event log and its session memory.
-
-    Each list is read in one query, so the cost grows with the rows, not with round
-    trips; the rows are the same objects the API shows one by one.
-    """
+def _session_parts(
+    session: Session,
+) -> tuple[dict[str, Any], list[tuple[str, Iterator[Any]]]]:
+    """The head of a session's document and its lists, each read in order, in chunks."""
+    head: dict[str, Any] = {
+        "format": EXPORT_FORMAT,
+        "exported_at": timezone.now().isoformat(),
+        "session": SessionSerializer(session).data,
+    }
     runs = Run.objects.filter(session=session).order_by("created_at")
     turns = Turn.objects.filter(run__session=session).order_by("run_id", "index")
     calls = ToolCall.objects.filter(session=session).order_by("created_at", "index")
     events = RunEvent.objects.filter(session=session).order_by("seq")
     memory = MemoryEntry.objects.filter(scope=MemoryScope.SESSION, session=session)
-    return {
-        "format": EXPORT_FORMAT,
-        "exported_at": timezone.now().isoformat(),
-        "session": SessionSerializer(session).data,
-        "runs": RunSerializer(runs, many=True).data,
-        "turns": TurnSerializer(turns, many=True).data,
-        "tool_calls": ToolCallSerializer(calls, many=True).data,
-        "events": RunEventSerializer(events.iterator(chunk_size=2000), many=True).data,
-        "memory": MemoryEntrySerializer(memory.order_by("key"), many=True).data,
-    }
+    lists: list[tuple[str, Iterator[Any]]] = [
+        ("runs", (RunSerializer(r).data for r in runs.iterator(chunk_size=_CHUNK))),
+        ("turns", (TurnSerializer(t).data for t in turns.iterator(chunk_size=_CHUNK))),
+        ("tool_calls", (ToolCallSerializer(c).data for c in calls.iterator(chunk_size=_CHUNK))),
+        ("events", (RunEventSerializer(e).data for e in events.iterator(chunk_size=_CHUNK))),
+        ("memory", (MemoryEntrySerializer(m).data for m in memory.order_by("key"))),
+    ]
+    return head, lists
+
+
+def session_document(session: Session) -> dict[str, Any]:
+    """Everything recorded about a session: the session, its runs (child runs too),
+    their turns and tool calls, its whole event log and its session memory; each
+    list in order and read in chunks, the rows as the API shows them one by one."""
+    head, lists = _session_parts(session)
+    return {**head, **{name: list(items) for name, items in lists}}
+
+
+def session_document_stream(session: Session) -> Iterator[str]:
+    """:func:`session_document` written out piece by piece, never held whole."""
+    return _stream(*_session_parts(session))
 
 
 def _run_parts(run: Run) -> tuple[dict[str, Any], list[tuple[str, Iterator[Any]]]]:
@@ -86,7 +99,11 @@ def run_document(run: Run) -> dict[str, Any]:
 def run_document_stream(run: Run) -> Iterator[str]:
     """:func:`run_document` written out piece by piece: a run with a million tool
     calls is never held whole in memory."""
-    head, lists = _run_parts(run)
+    return _stream(*_run_parts(run))
+
+
+def _stream(head: dict[str, Any], lists: list[tuple[str, Iterator[Any]]]) -> Iterator[str]:
+    """A document's head, then each list, as JSON text a piece at a time."""
     yield _dumps(head)[:-1]
     for name, items in lists:
         yield f', "{name}": ['

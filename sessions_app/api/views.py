@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
@@ -13,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from goaai.api.authentication import BearerTokenAuthentication
-from goaai.api.export import session_document
+from goaai.api.export import session_document_stream
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
@@ -119,13 +120,16 @@ class SessionViewSet(
     @extend_schema(
         summary="Export a session",
         description="One JSON document with the session, its runs, turns, tool calls, "
-        "events and session memory.",
+        "events and session memory, written out as it is read (a long session is "
+        "never held whole in memory).",
         responses={200: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
-    def export(self, request: Request, pk: str) -> Response:
+    def export(self, request: Request, pk: str) -> StreamingHttpResponse:
         session = self.get_object()
-        response = Response(session_document(session))
+        response = StreamingHttpResponse(
+            session_document_stream(session), content_type="application/json"
+        )
         response["Content-Disposition"] = f'attachment; filename="session-{session.pk}.json"'
         return response
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 import pytest
@@ -539,6 +540,11 @@ def test_staff_may_end_any_session(staff_api, owner):
 # export
 
 
+def _document(response) -> dict:
+    """The export, read to its end (it is streamed as it is written)."""
+    return json.loads(b"".join(response.streaming_content))
+
+
 def test_export_of_a_session_without_runs_has_every_part(api, owner):
     session_id = api.post(SESSIONS, {"agent": "assistant"}, format="json").json()["id"]
 
@@ -547,7 +553,7 @@ def test_export_of_a_session_without_runs_has_every_part(api, owner):
     assert response.status_code == 200
     assert response["Content-Disposition"].startswith("attachment")
     assert f"session-{session_id}.json" in response["Content-Disposition"]
-    document = response.json()
+    document = _document(response)
     assert {"format", "session", "runs", "turns", "tool_calls", "events", "memory"} <= set(document)
     assert document["format"] == "goaai.session.v1"
     assert document["session"]["id"] == session_id
@@ -564,7 +570,7 @@ def test_export_matches_what_the_endpoints_show_one_by_one(api, owner, inline_ru
     # Another user's session is not part of it.
     SessionFactory(owner=owner)
 
-    document = api.get(_url(session_id, "export/")).json()
+    document = _document(api.get(_url(session_id, "export/")))
 
     assert document["session"] == api.get(_url(session_id)).json()
     assert len(document["runs"]) == 2
@@ -602,7 +608,7 @@ def test_staff_may_export_any_session(staff_api, owner):
     response = staff_api.get(_url(session, "export/"))
 
     assert response.status_code == 200
-    assert response.json()["session"]["id"] == str(session.pk)
+    assert _document(response)["session"]["id"] == str(session.pk)
 
 
 def test_export_leaves_out_memory_of_other_sessions_and_scopes(api, owner):
@@ -611,7 +617,7 @@ def test_export_leaves_out_memory_of_other_sessions_and_scopes(api, owner):
     MemoryEntryFactory(session=SessionFactory(owner=owner), key="colour", value="blue")
     MemoryEntryFactory(user_scoped=True, user=owner, key="name", value="Alice")
 
-    document = api.get(_url(session, "export/")).json()
+    document = _document(api.get(_url(session, "export/")))
 
     assert [entry["id"] for entry in document["memory"]] == [str(mine.pk)]
 
@@ -626,10 +632,10 @@ def test_export_query_count_does_not_grow_with_runs(api, owner, runs, django_ass
         MemoryEntryFactory(session=session)
     api.get(SESSIONS)  # the token's first use of the minute is noted with a write
 
-    # Token, session, then one query each for runs, turns, tool calls, events, memory.
+    # Token, session, then one query each for runs, turns, tool calls, events, memory
+    # (read while the document is written out).
     with django_assert_num_queries(7):
-        response = api.get(_url(session, "export/"))
+        document = _document(api.get(_url(session, "export/")))
 
-    document = response.json()
     assert (len(document["runs"]), len(document["turns"])) == (runs, 2 * runs)
     assert len(document["tool_calls"]) == 2 * runs
