@@ -37,9 +37,16 @@ run: install
 	$(PY) manage.py ensure_admin
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) goaai.asgi:application
 
-lint: install
+# ESLint for the web UI's JavaScript, installed as package-lock.json pins it.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+lint: install node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	node_modules/.bin/eslint --max-warnings=0 sessions_app/static runs_app/static
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -48,6 +55,7 @@ typecheck: install
 # at it or in CI, where a missing server must fail the build rather than skip.
 pytest: install browser
 	env -u DATABASE_URL $(PY) manage.py makemigrations --check --dry-run
+	env -u DJANGO_SETTINGS_MODULE $(VENV)/bin/pytest -p no:django --confcutdir=tests/runtime_core tests/runtime_core
 	env -u DATABASE_URL $(VENV)/bin/pytest
 
 pytest-postgres: install
@@ -65,4 +73,4 @@ pytest-postgres: install
 test: lint typecheck pytest pytest-postgres
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules staticfiles .pytest_cache .mypy_cache .ruff_cache

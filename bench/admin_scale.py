@@ -148,7 +148,7 @@ def pages(run_id: object) -> list[tuple[str, str]]:
             "tool calls: failed clock",
             "/admin/runs_app/toolcall/?name=clock_now&status__exact=failed",
         ),
-        ("event changelist", "/admin/runs_app/runevent/"),
+        ("event changelist", "/admin/sessions_app/runevent/"),
         timeline,
     ]
 

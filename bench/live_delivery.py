@@ -5,7 +5,7 @@ goaai's real path, against the bare channel layer's own group_send -> receive.
         [--events E] [--subscribers 1,10,100] [--layers memory,redis,pubsub]
         [--burst B] [--redis URL]
 
-goaai's path: a service writes an event inside ``runs_app.events.recording`` on a
+goaai's path: a service writes an event inside ``sessions_app.eventlog.recording`` on a
 session (one transaction that numbers and stores it); after the commit
 ``publish_events`` queues it for the publisher thread, which sends it to the
 session's channel-layer group; each subscriber (a channel with a receive loop and
@@ -82,9 +82,9 @@ class Bench:
 
     def write_event(self, index: int) -> int:
         """goaai's path: one event recorded in its own transaction; returns its seq."""
-        from runs_app.events import recording
+        from sessions_app.eventlog import recording
 
-        with recording(self.session_id, expect=1, fast=True) as batch:
+        with recording(self.session_id, expect=1) as batch:
             batch.add("memory.stored", {"key": f"k{index}", "scope": "session", "version": 1})
             seq = batch.last_seq + 1
             # Runs right after COMMIT, before the publishing callback flush() adds.
@@ -123,7 +123,7 @@ class Bench:
                 self.arrived(("b", message["i"]))
 
     async def start(self) -> None:
-        from runs_app.events import session_group
+        from sessions_app.publisher import session_group
         from sessions_app.streams import subscribe
 
         for _ in range(self.n):
@@ -183,35 +183,23 @@ async def burst(
     layer: Any, session_id: uuid.UUID, first: int, subscribers: int, events: int
 ) -> dict[str, int]:
     """B events written back to back; subscribers that fill gaps from the database."""
-    from runs_app.events import publisher, session_group
+    from sessions_app.publisher import publisher, session_group
     from sessions_app.streams import Sequencer, subscribe
 
-    live = [0] * subscribers
-    filled = [0] * subscribers
-    sequencers = [Sequencer(session_id=session_id, last=first) for _ in range(subscribers)]
-
-    async def subscriber(k: int, channel: str) -> None:
-        sequencer = sequencers[k]
-        while True:
-            message = await layer.receive(channel)
-            if message["type"] != "session.events":
-                continue
-            ready, gap = sequencer.take(message["events"])
-            live[k] += len(ready)
-            if gap:
-                filled[k] += len(await sequencer.fill())
-
+    listeners = [
+        _BurstListener(Sequencer(session_id=session_id, last=first)) for _ in range(subscribers)
+    ]
     tasks = []
-    for k in range(subscribers):
+    for listener in listeners:
         channel = await layer.new_channel()
         await subscribe(layer, session_group(session_id), channel)
-        tasks.append(asyncio.create_task(subscriber(k, channel)))
+        tasks.append(asyncio.create_task(listener.listen(layer, channel)))
 
     def write_all() -> None:
-        from runs_app.events import recording
+        from sessions_app.eventlog import recording
 
         for i in range(events):
-            with recording(session_id, expect=1, fast=True) as batch:
+            with recording(session_id, expect=1) as batch:
                 batch.add("memory.stored", {"key": f"b{i}", "scope": "session", "version": 1})
         publisher.drain(timeout=60)
 
@@ -219,15 +207,7 @@ async def burst(
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(1) as writer:
         await asyncio.get_running_loop().run_in_executor(writer, write_all)
-    # Wait until every subscriber is done or nothing moves for a second.
-    progress, quiet_since = -1, time.perf_counter()
-    while time.perf_counter() - quiet_since < 1.0:
-        done = sum(s.last for s in sequencers)
-        if done == last * subscribers:
-            break
-        if done != progress:
-            progress, quiet_since = done, time.perf_counter()
-        await asyncio.sleep(0.01)
+    await _settled([listener.sequencer for listener in listeners], last)
     elapsed = time.perf_counter() - started
     for task in tasks:
         task.cancel()
@@ -235,18 +215,50 @@ async def burst(
     expected = events * subscribers
     return {
         "expected": expected,
-        "live": sum(live),
-        "filled": sum(filled),
-        "missing_at_end": sum(last - s.last for s in sequencers),
+        "live": sum(listener.live for listener in listeners),
+        "filled": sum(listener.filled for listener in listeners),
+        "missing_at_end": sum(last - listener.sequencer.last for listener in listeners),
         "ms": round(elapsed * 1000),
     }
+
+
+class _BurstListener:
+    """A subscriber of the burst, which fills gaps from the database as the consumer
+    does: how many events the layer delivered to it, and how many it had to read."""
+
+    def __init__(self, sequencer: Any) -> None:
+        self.sequencer = sequencer
+        self.live = 0
+        self.filled = 0
+
+    async def listen(self, layer: Any, channel: str) -> None:
+        while True:
+            message = await layer.receive(channel)
+            if message["type"] != "session.events":
+                continue
+            ready, gap = self.sequencer.take(message["events"])
+            self.live += len(ready)
+            if gap:
+                self.filled += len(await self.sequencer.fill())
+
+
+async def _settled(sequencers: list[Any], last: int) -> None:
+    """Wait until every subscriber is done or nothing moves for a second."""
+    progress, quiet_since = -1, time.perf_counter()
+    while time.perf_counter() - quiet_since < 1.0:
+        done = sum(s.last for s in sequencers)
+        if done == last * len(sequencers):
+            break
+        if done != progress:
+            progress, quiet_since = done, time.perf_counter()
+        await asyncio.sleep(0.01)
 
 
 def new_session(owner: Any) -> tuple[uuid.UUID, int]:
     """A fresh session and the last sequence number it already has."""
     from goaai.runtime import rt
-    from runs_app.events import publisher
     from sessions_app.models import Session
+    from sessions_app.publisher import publisher
 
     session = rt.create_session(owner=owner, agent="assistant")
     # Its creation event goes out before anyone measured subscribes.
@@ -263,7 +275,7 @@ async def run_layer(
 ) -> list[str]:
     from channels.layers import get_channel_layer
 
-    from runs_app.events import publisher
+    from sessions_app.publisher import publisher
 
     layer = get_channel_layer()
     lines = []

@@ -72,41 +72,62 @@ def main() -> None:
     if run_each_database(__file__, args, ["--lookups", str(args.lookups)]):
         return
     url = setup_django(args.db, args.postgres)
-    from django.db import connection
-
     from goaai.runtime import rt
 
     owners, items = populate()
     print(f"\n== memory get, {args.db}, {len(items):,} entries, {args.lookups:,} lookups ==")
-    rng = random.Random(7)
-    # Keys that resolve at every level: session (k0-99), user (k100-199),
-    # agent (k200-999), global (k1000+).
-    queries = [
-        (
-            rng.choice(owners),
-            f"k{rng.choice([rng.randrange(0, 100), rng.randrange(100, 200), rng.randrange(200, 1000), rng.randrange(1000, 20000)])}",
-        )
-        for _ in range(args.lookups)
-    ]
-
-    def cycle(fn):
-        state = {"i": 0}
-
-        def call() -> object:
-            owner, key = queries[state["i"] % len(queries)]
-            state["i"] += 1
-            return fn(owner, key)
-
-        return call
-
+    queries = _queries(owners, args.lookups)
     # Warm up connections and caches.
     for (sid, _, _), key in queries[:200]:
         assert rt.get_memory(key, session=sid) is not None
 
+    store, closer = _langgraph_store(args.db, url)
+    try:
+        _load(store, items)
+        paths = {
+            "runtime resolve": lambda o, k: rt.get_memory(k, session=o[0]),
+            "raw SELECT (one scope)": _raw_select(args.db),
+            **_langgraph_paths(store),
+        }
+        results = _timed(paths, queries, args.lookups)
+    finally:
+        closer()
+    _report(results)
+
+
+def _queries(owners: list[tuple[uuid.UUID, int, str]], lookups: int) -> list[tuple[tuple, str]]:
+    """Random (owner, key) lookups, the same on every run."""
+    rng = random.Random(7)
+    # Keys that resolve at every level: session (k0-99), user (k100-199),
+    # agent (k200-999), global (k1000+).
+    return [
+        (
+            rng.choice(owners),
+            f"k{rng.choice([rng.randrange(0, 100), rng.randrange(100, 200), rng.randrange(200, 1000), rng.randrange(1000, 20000)])}",
+        )
+        for _ in range(lookups)
+    ]
+
+
+def _cycle(queries: list[tuple[tuple, str]], fn):
+    """A call of ``fn`` on the next lookup each time, round and round."""
+    state = {"i": 0}
+
+    def call() -> object:
+        owner, key = queries[state["i"] % len(queries)]
+        state["i"] += 1
+        return fn(owner, key)
+
+    return call
+
+
+def _raw_select(db: str):
+    """One indexed SELECT of a single (scope, owner, key), through the driver."""
     import psycopg
+    from django.db import connection
 
     raw_conn = connection.connection
-    if args.db == "sqlite":
+    if db == "sqlite":
         raw_sql = (
             "SELECT value FROM memory_app_memoryentry "
             "WHERE scope = 'session' AND session_id = ? AND key = ?"
@@ -114,57 +135,61 @@ def main() -> None:
 
         def raw(owner, key):
             return raw_conn.execute(raw_sql, (owner[0].hex, key)).fetchone()
-    else:
-        raw_sql = (
-            "SELECT value FROM memory_app_memoryentry "
-            "WHERE scope = 'session' AND session_id = %s AND key = %s"
-        )
-        # Server-side binding: the statement is prepared once, as goaai's own are.
-        raw_cursor = psycopg.Cursor(raw_conn)
 
-        def raw(owner, key):
-            raw_cursor.execute(raw_sql, (owner[0], key), prepare=True)
-            return raw_cursor.fetchone()
+        return raw
+    raw_sql = (
+        "SELECT value FROM memory_app_memoryentry "
+        "WHERE scope = 'session' AND session_id = %s AND key = %s"
+    )
+    # Server-side binding: the statement is prepared once, as goaai's own are.
+    raw_cursor = psycopg.Cursor(raw_conn)
 
-    store, closer = _langgraph_store(args.db, url)
-    try:
-        from langgraph.store.base import PutOp
+    def raw(owner, key):
+        raw_cursor.execute(raw_sql, (owner[0], key), prepare=True)
+        return raw_cursor.fetchone()
 
-        for start in range(0, len(items), 5000):
-            store.batch([PutOp(**item) for item in items[start : start + 5000]])
+    return raw
 
-        def lg_get(owner, key):
-            return store.get(("session", str(owner[0])), key)
 
-        def lg_resolve(owner, key):
-            sid, uid, agent = owner
-            namespaces = (("session", str(sid)), ("user", str(uid)), ("agent", agent), ("global",))
-            for namespace in namespaces:
-                item = store.get(namespace, key)
-                if item is not None:
-                    return item
-            return None
+def _load(store, items: list[dict]) -> None:
+    from langgraph.store.base import PutOp
 
-        paths = {
-            "runtime resolve": lambda o, k: rt.get_memory(k, session=o[0]),
-            "raw SELECT (one scope)": raw,
-            "LangGraph get (one scope)": lg_get,
-            "LangGraph resolve": lg_resolve,
-        }
-        for fn in paths.values():
-            for o, k in queries[:200]:
-                fn(o, k)
-        # Rounds that alternate the paths, so that drift on a shared machine hits
-        # every path alike.
-        results: dict[str, list[float]] = {name: [] for name in paths}
-        rounds = 10
-        per_round = max(1, args.lookups // rounds)
-        for _ in range(rounds):
-            for name, fn in paths.items():
-                results[name].extend(per_call(cycle(fn), per_round))
-    finally:
-        closer()
+    for start in range(0, len(items), 5000):
+        store.batch([PutOp(**item) for item in items[start : start + 5000]])
 
+
+def _langgraph_paths(store) -> dict:
+    def lg_get(owner, key):
+        return store.get(("session", str(owner[0])), key)
+
+    def lg_resolve(owner, key):
+        sid, uid, agent = owner
+        namespaces = (("session", str(sid)), ("user", str(uid)), ("agent", agent), ("global",))
+        for namespace in namespaces:
+            item = store.get(namespace, key)
+            if item is not None:
+                return item
+        return None
+
+    return {"LangGraph get (one scope)": lg_get, "LangGraph resolve": lg_resolve}
+
+
+def _timed(paths: dict, queries: list[tuple[tuple, str]], lookups: int) -> dict[str, list[float]]:
+    for fn in paths.values():
+        for o, k in queries[:200]:
+            fn(o, k)
+    # Rounds that alternate the paths, so that drift on a shared machine hits
+    # every path alike.
+    results: dict[str, list[float]] = {name: [] for name in paths}
+    rounds = 10
+    per_round = max(1, lookups // rounds)
+    for _ in range(rounds):
+        for name, fn in paths.items():
+            results[name].extend(per_call(_cycle(queries, fn), per_round))
+    return results
+
+
+def _report(results: dict[str, list[float]]) -> None:
     for name, timings in results.items():
         print(f"{name:28} {summary(timings)}")
     ours = median(results["runtime resolve"])

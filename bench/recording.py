@@ -88,7 +88,7 @@ class Raw:
             self.seq += 1
             rows.append(
                 (
-                    "INSERT INTO runs_app_runevent (session_id, run_id, seq, type, data, created_at) "
+                    "INSERT INTO sessions_app_runevent (session_id, run_id, seq, type, data, created_at) "
                     "VALUES (%s, %s, %s, %s, %s, %s)",
                     (
                         self._id(session_id),

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, IntegerField, Model, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, ForeignKey, IntegerField, Model, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -20,6 +20,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+
+from goaai.runtime import rt
 
 # Changelists count at most this many rows; past it they say "10,000+".
 COUNT_CAP = 10_000
@@ -77,6 +79,16 @@ def admin_id_link(model: type[Model], pk: Any, label: str | None = None) -> str:
     meta = model._meta
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[pk])
     return format_html('<a href="{}">{}</a>', url, label or str(pk))
+
+
+def admin_fk_link(obj: Model, field: str, label: str | None = None) -> str:
+    """A link to the admin page of the row ``obj.field`` points at, from the stored
+    id alone (no query for the row)."""
+    relation = obj._meta.get_field(field)
+    target = relation.related_model
+    if not isinstance(relation, ForeignKey) or not isinstance(target, type):
+        raise TypeError(f"{type(obj).__name__}.{field} is not a foreign key.")
+    return admin_id_link(target, getattr(obj, relation.attname), label)
 
 
 def related_count(model: type[Model], field: str) -> Subquery:
@@ -242,14 +254,10 @@ def choices_filter(
 
 
 def agent_ids() -> list[str]:
-    from goaai.runtime import rt
-
     return [agent.id for agent in rt.agents.all()]
 
 
 def tool_names() -> list[str]:
-    from goaai.runtime import rt
-
     return [name for agent in rt.agents.all() for name in rt.agents.tools_of(agent)]
 
 

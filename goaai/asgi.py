@@ -12,8 +12,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
-from goaai.api.authentication import WebSocketTokenMiddleware  # noqa: E402
 from goaai.body_limit import BodyLimit  # noqa: E402
+from sessions_app.api.authentication import WebSocketTokenMiddleware  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

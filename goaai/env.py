@@ -100,11 +100,5 @@ def env_database(name: str, default: str) -> dict[str, Any]:
                 },
             )
         config["CONN_MAX_AGE"] = 0
-        # Django turns psycopg's prepared statements off; the turn loop's hot
-        # statements run on server-side-binding cursors and gain from them (the ORM's
-        # client-side-binding cursors are unaffected). Set DATABASE_PREPARED=0 behind
-        # a pooler that cannot keep prepared statements (PgBouncer in transaction mode).
-        if env_bool("DATABASE_PREPARED", default=True):
-            options.setdefault("prepare_threshold", 5)
     config["OPTIONS"] = options
     return config

@@ -164,8 +164,6 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # and tests) or "celery" (a Celery worker on Redis; the default when REDIS_URL is set).
 GOAAI_EXECUTOR = env_str("GOAAI_EXECUTOR", "celery" if REDIS_URL else "thread")
 GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 4)
-# Where the runtime reads and writes runs, turns, tool calls, events and memory.
-GOAAI_RUNTIME_STORE = "runs_app.store.OrmRunStore"
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
@@ -200,7 +198,7 @@ GOAAI_LABEL_RULES = env_json(
 # The REST API (goaai.api): session login for the browser, API tokens for integrations.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "goaai.api.authentication.BearerTokenAuthentication",
+        "sessions_app.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

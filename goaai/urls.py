@@ -9,10 +9,10 @@ admin.site.index_title = "Sessions, runs and memory"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include("goaai.api.urls")),
+    path("api/v1/", include("goaai.api_urls")),
     # Django's login and logout (logout by POST), password change and reset.
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("sessions_app.urls")),
+    path("", include("runs_app.urls")),
 ]
 
 # JSON errors in the API's shape for paths under /api/, Django's pages elsewhere.

@@ -11,18 +11,19 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from goaai.admin_base import (
     BoundedCountPaginator,
     ReadOnlyAdmin,
-    admin_id_link,
+    admin_fk_link,
     date_range_filters,
     owner_filter,
 )
 from goaai.runtime.errors import GoaaiError, MemoryConflict
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_delete, memory_store
-from runs_app.models import Run
 
 
 class MemoryEntryForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -105,26 +106,21 @@ class MemoryEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="Owner")
     def owner_of(self, obj: MemoryEntry) -> str:
         if obj.session_id:
-            from sessions_app.models import Session
-
-            return admin_id_link(Session, obj.session_id, "session")
+            return admin_fk_link(obj, "session", "session")
         return obj.user.get_username() if obj.user_id and obj.user else ""
 
     @admin.display(description="Written by")
     def written_by(self, obj: MemoryEntry) -> str:
         if obj.written_by_run_id:
-            return admin_id_link(Run, obj.written_by_run_id, "a run")
+            return admin_fk_link(obj, "written_by_run", "a run")
         return obj.written_by_kind
 
     @admin.display(description="Written by run")
     def written_by_run_link(self, obj: MemoryEntry) -> str:
-        return admin_id_link(Run, obj.written_by_run_id)
+        return admin_fk_link(obj, "written_by_run")
 
     @admin.display(description="Revisions")
     def history(self, obj: MemoryEntry) -> str:
-        from django.urls import reverse
-        from django.utils.html import format_html
-
         url = reverse("admin:memory_app_memoryrevision_changelist") + f"?entry__id__exact={obj.pk}"
         return format_html('<a href="{}">Every change of this entry</a>', url)
 
@@ -210,4 +206,4 @@ class MemoryRevisionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Run")
     def actor_run_link(self, obj: MemoryRevision) -> str:
-        return admin_id_link(Run, obj.actor_run_id)
+        return admin_fk_link(obj, "actor_run")

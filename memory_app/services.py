@@ -12,12 +12,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from goaai.runtime import payloads
 from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
-from goaai.runtime.vocabulary import EventType
 from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
 from memory_app.selectors import owner_filter
-from runs_app.events import EventBatch, recording
-from runs_app.models import Run
+from sessions_app.eventlog import EventBatch, recording
 
 MAX_KEY_LENGTH = 200
 
@@ -30,16 +29,6 @@ def _writer(user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None)
         "run_id": run_id,
         "tool_call_id": tool_call_id,
     }
-
-
-def _event_session(entry_session_id: UUID | None, run_id: UUID | None) -> UUID | None:
-    """The session whose log records a memory change: the entry's own, or the session
-    of the run that made it. Changes made outside any session have no event."""
-    if entry_session_id is not None:
-        return entry_session_id
-    if run_id is not None:
-        return Run.objects.filter(pk=run_id).values_list("session_id", flat=True).first()
-    return None
 
 
 @contextmanager
@@ -96,8 +85,13 @@ def memory_store(
     written_by_user_id: int | None = None,
     written_by_run_id: UUID | None = None,
     written_by_tool_call_id: UUID | None = None,
+    log_session_id: UUID | None = None,
 ) -> MemoryEntry:
     """Create or update the entry (scope, owner, key).
+
+    The change is an event in the log of the entry's session, or of
+    ``log_session_id`` (the session of the run that made it) for an entry of
+    another scope; a change made outside any session has no event.
 
     ``expected_version`` makes the write conditional: ``None`` writes whatever is
     there, ``0`` only creates, ``n`` only updates an entry still at version ``n``.
@@ -112,7 +106,7 @@ def memory_store(
     raced: _Raced | None = None
     for _ in range(3 if expected_version is None else 1):
         try:
-            with _transaction(_event_session(session_id, written_by_run_id)) as batch:
+            with _transaction(session_id or log_session_id) as batch:
                 entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
                 if entry is None:
                     if expected_version not in (None, 0):
@@ -169,15 +163,14 @@ def memory_store(
                 _revise(entry, action, entry.version, writer)
                 if batch is not None:
                     batch.add(
-                        EventType.MEMORY_STORED,
-                        {
-                            "entry": str(entry.pk),
-                            "key": key,
-                            "scope": scope,
-                            "version": entry.version,
-                            "action": action,
-                            "written_by": {k: _str(v) for k, v in writer.items()},
-                        },
+                        *payloads.memory_stored(
+                            entry=entry.pk,
+                            key=key,
+                            scope=scope,
+                            version=entry.version,
+                            action=action,
+                            written_by=writer,
+                        ),
                         run_id=written_by_run_id,
                     )
         except _Raced as lost:
@@ -192,10 +185,6 @@ def memory_store(
     )
 
 
-def _str(value: Any) -> Any:
-    return str(value) if isinstance(value, UUID) else value
-
-
 def memory_delete(
     *,
     key: str,
@@ -207,13 +196,15 @@ def memory_delete(
     written_by_user_id: int | None = None,
     written_by_run_id: UUID | None = None,
     written_by_tool_call_id: UUID | None = None,
+    log_session_id: UUID | None = None,
 ) -> bool:
     """Delete the entry (scope, owner, key); ``False`` if there is none. The deletion
-    is kept as the entry's last revision."""
+    is kept as the entry's last revision (the event goes where
+    :func:`memory_store` puts it)."""
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
     writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
-    with _transaction(_event_session(session_id, written_by_run_id)) as batch:
+    with _transaction(session_id or log_session_id) as batch:
         entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
         if entry is None:
             return False
@@ -227,8 +218,7 @@ def memory_delete(
         entry.delete()
         if batch is not None:
             batch.add(
-                EventType.MEMORY_DELETED,
-                {"entry": str(entry_id), "key": key, "scope": scope},
+                *payloads.memory_deleted(entry=entry_id, key=key, scope=scope),
                 run_id=written_by_run_id,
             )
     return True

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
@@ -26,13 +26,20 @@ from goaai.admin_base import (
     owner_filter,
     tool_names,
 )
-from goaai.runtime.vocabulary import RunStatus
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from sessions_app.models import Session
+from goaai.runtime import rt
+from goaai.runtime.vocabulary import OPEN_RUN_STATUSES
+from runs_app import admin_timeline as timeline
+from runs_app.export import run_document
+from runs_app.models import Run, ToolCall, Turn
+from runs_app.session_admin import SessionAdmin
+from sessions_app.models import RunEvent, Session
+
+admin.site.register(Session, SessionAdmin)
 
 
-def _changelist_link(model: str, field: str, value: object, label: str) -> str:
-    url = reverse(f"admin:runs_app_{model}_changelist") + f"?{field}={value}"
+def _changelist_link(model: type[Model], field: str, value: object, label: str) -> str:
+    meta = model._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist") + f"?{field}={value}"
     return format_html('<a href="{}">{}</a>', url, label)
 
 
@@ -159,17 +166,13 @@ class RunAdmin(ReadOnlyAdmin):
     def steps(self, obj: Run) -> str:
         return format_html(
             "{} · {} · {} · {}",
-            _changelist_link("turn", "run__id__exact", obj.pk, "Turns"),
-            _changelist_link("toolcall", "run__id__exact", obj.pk, "Tool calls"),
-            _changelist_link("runevent", "run__id__exact", obj.pk, "Events"),
-            _changelist_link("run", "parent_run__id__exact", obj.pk, "Child runs"),
+            _changelist_link(Turn, "run__id__exact", obj.pk, "Turns"),
+            _changelist_link(ToolCall, "run__id__exact", obj.pk, "Tool calls"),
+            _changelist_link(RunEvent, "run__id__exact", obj.pk, "Events"),
+            _changelist_link(Run, "parent_run__id__exact", obj.pk, "Child runs"),
         )
 
     def get_urls(self) -> list[Any]:
-        from django.urls import path
-
-        from runs_app import admin_timeline as timeline
-
         view = self.admin_site.admin_view
         return [
             path(
@@ -195,8 +198,6 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Export selected runs as JSON")
     def export_json(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
-        from goaai.api.export import run_document
-
         runs = [run_document(run) for run in queryset.order_by("created_at")]
         return json_download("runs.json", {"format": "goaai.runs.v1", "runs": runs})
 
@@ -206,10 +207,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel selected runs that have not ended")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        from goaai.runtime import rt
-
-        open_statuses = [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
-        runs = list(queryset.filter(status__in=open_statuses).values_list("id", flat=True))
+        runs = list(queryset.filter(status__in=OPEN_RUN_STATUSES).values_list("id", flat=True))
         for run_id in runs:
             rt.cancel_run(run_id, reason=f"canceled by operator {request.user.get_username()}")
         skipped = queryset.count() - len(runs)

@@ -30,17 +30,26 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from goaai.api.export import run_document_stream
+from goaai.runtime import rt
 from goaai.runtime.errors import GoaaiError
-from runs_app import timeline
 from runs_app.api.serializers import (
     RunEventSerializer,
     RunSerializer,
     ToolCallSerializer,
     TurnSerializer,
 )
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from sessions_app.models import Session
+from runs_app.export import run_document_stream
+from runs_app.models import Run, ToolCall, Turn
+from runs_app.timeline.filters import VIEWS, TimelineFilter, event_type_choices
+from runs_app.timeline.headers import (
+    run_for_timeline,
+    run_header,
+    session_for_timeline,
+    session_header,
+)
+from runs_app.timeline.pages import PAGE_SIZE, event_page
+from runs_app.timeline.values import DISPLAY_CAP
+from sessions_app.models import RunEvent, Session
 
 _CHUNK = 500
 
@@ -55,21 +64,19 @@ def _dumps(value: Any, *, indent: int | None = None) -> str:
     return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, indent=indent)
 
 
-def _page_context(request: HttpRequest, filters: timeline.TimelineFilter) -> dict[str, Any]:
+def _page_context(request: HttpRequest, filters: TimelineFilter) -> dict[str, Any]:
     return {
         **admin.site.each_context(request),
         "filters": filters,
-        "type_choices": timeline.event_type_choices(),
-        "views": [
-            (name, filters.query_string(view=name), name == filters.view) for name in timeline.VIEWS
-        ],
+        "type_choices": event_type_choices(),
+        "views": [(name, filters.query_string(view=name), name == filters.view) for name in VIEWS],
         "order_links": {
             "oldest": filters.query_string(newest_first=False),
             "newest": filters.query_string(newest_first=True),
         },
         "failed_link": filters.query_string(failed_only=True),
-        "page_size": timeline.PAGE_SIZE,
-        "display_cap": timeline.DISPLAY_CAP,
+        "page_size": PAGE_SIZE,
+        "display_cap": DISPLAY_CAP,
     }
 
 
@@ -77,13 +84,13 @@ def _page_context(request: HttpRequest, filters: timeline.TimelineFilter) -> dic
 def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """Every event of a run in order, a page at a time, with what each refers to."""
     _require_staff(request)
-    run = timeline.run_for_timeline(run_id)
+    run = run_for_timeline(run_id)
     if run is None:
         raise Http404("No such run.")
-    filters = timeline.TimelineFilter.from_query(request.GET)
-    header = timeline.run_header(run)
+    filters = TimelineFilter.from_query(request.GET)
+    header = run_header(run)
     base_url = reverse("admin:runs_app_run_timeline", args=[run.id])
-    page = timeline.event_page(
+    page = event_page(
         run=run,
         filters=filters,
         origin=header.origin,
@@ -112,13 +119,13 @@ def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
 def session_timeline(request: HttpRequest, session_id: UUID) -> HttpResponse:
     """Every event of a session, all its runs interleaved by ``seq``."""
     _require_staff(request)
-    session = timeline.session_for_timeline(session_id)
+    session = session_for_timeline(session_id)
     if session is None:
         raise Http404("No such session.")
-    filters = timeline.TimelineFilter.from_query(request.GET)
-    header = timeline.session_header(session)
+    filters = TimelineFilter.from_query(request.GET)
+    header = session_header(session)
     base_url = reverse("admin:sessions_app_session_timeline", args=[session.id])
-    page = timeline.event_page(
+    page = event_page(
         session=session,
         filters=filters,
         origin=session.created_at,
@@ -218,8 +225,6 @@ def run_download(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
 def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """Ask a run to stop, from its timeline (a POST, CSRF-protected by admin_view)."""
     _require_staff(request)
-    from goaai.runtime import rt
-
     run = get_object_or_404(Run.objects.only("id", "status"), pk=run_id)
     target = reverse("admin:runs_app_run_timeline", args=[run.id])
     if run.is_terminal:

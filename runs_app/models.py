@@ -1,4 +1,4 @@
-"""Runs, the turns inside them, the tool calls inside turns, and the event log.
+"""Runs, the turns inside them, and the tool calls inside turns.
 
 These rows are the audit record of what an agent did. They are written only by
 ``runs_app.services`` and are never edited by hand (the admin shows them read-only).
@@ -13,7 +13,6 @@ from django.db import models
 
 from goaai.runtime.vocabulary import (
     ErrorKind,
-    EventType,
     RunStatus,
     ToolCallStatus,
     choices,
@@ -216,37 +215,3 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
-
-
-class RunEvent(models.Model):
-    """One entry of a session's append-only event log.
-
-    ``seq`` increases by one within the session, with no gap and no duplicate; it is
-    what live subscribers resume from.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    session = models.ForeignKey(
-        "sessions_app.Session", on_delete=models.CASCADE, related_name="events"
-    )
-    run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
-    )
-    seq = models.BigIntegerField()
-    type = models.CharField(max_length=40, choices=choices(EventType))
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["session", "seq"]
-        indexes = [
-            models.Index(fields=["run", "seq"], name="event_run_seq"),
-            models.Index(fields=["type", "-created_at"], name="event_type_created"),
-        ]
-        constraints = [
-            models.UniqueConstraint(fields=["session", "seq"], name="event_seq_unique_per_session"),
-            models.CheckConstraint(condition=models.Q(seq__gt=0), name="event_seq_positive"),
-        ]
-
-    def __str__(self) -> str:
-        return f"#{self.seq} {self.type}"

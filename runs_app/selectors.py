@@ -10,8 +10,7 @@ from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
 from goaai.runtime.vocabulary import RunStatus
-from runs_app import lean
-from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.models import Run, ToolCall, Turn
 
 
 def run_get(*, run_id: UUID) -> Run:
@@ -24,20 +23,18 @@ def run_get(*, run_id: UUID) -> Run:
 def session_history(*, session_id: UUID, before: Run) -> list[tuple[str, str]]:
     """The (user input, final answer) pairs of the session's earlier top-level runs
     that produced an answer, oldest first: the context a new run continues from."""
-    with lean.cursor() as cursor:
-        rows = lean.execute(
-            cursor,
-            f"SELECT input, output FROM {Run._meta.db_table} WHERE session_id = %s "  # noqa: S608
-            "AND parent_run_id IS NULL AND status = %s AND created_at < %s AND id <> %s "
-            "ORDER BY created_at",
-            [session_id, RunStatus.COMPLETED, before.created_at, before.id],
-        ).fetchall()
-    return [(row[0], row[1]) for row in rows]
-
-
-def events_after(*, session_id: UUID, after: int = 0, limit: int = 1000) -> QuerySet[RunEvent]:
-    """The session's events with ``seq > after``, oldest first."""
-    return RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit]
+    rows = (
+        Run.objects.filter(
+            session_id=session_id,
+            parent_run__isnull=True,
+            status=RunStatus.COMPLETED,
+            created_at__lt=before.created_at,
+        )
+        .exclude(pk=before.pk)
+        .order_by("created_at")
+        .values_list("input", "output")
+    )
+    return list(rows)
 
 
 def runs_with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:

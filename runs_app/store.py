@@ -6,8 +6,6 @@ loop's records are the same rows, events and checks the API and admin produce.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,10 +34,11 @@ from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
 from runs_app import selectors, services
-from runs_app.events import publish_delta
 from runs_app.models import Run, Turn
+from runs_app.sessions import session_end
 from sessions_app import services as session_services
 from sessions_app.models import Session
+from sessions_app.publisher import publish_delta
 from sessions_app.selectors import session_get, session_owner_and_agent
 
 # How many remembered facts a run is shown at its start.
@@ -126,35 +125,8 @@ def memory_record(entry: MemoryEntry) -> MemoryRecord:
     )
 
 
-class _Keys:
-    """The ids a run's steps keep referring to (a turn's run and session, a call's
-    run, session, name and start), remembered from the step that created them so
-    that the next steps need not read them back. Bounded; a miss is only a read."""
-
-    def __init__(self, size: int = 20_000) -> None:
-        self._items: OrderedDict[tuple[str, UUID], Any] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def put(self, kind: str, key: UUID, value: Any) -> None:
-        with self._lock:
-            self._items[(kind, key)] = value
-            self._items.move_to_end((kind, key))
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def get(self, kind: str, key: UUID) -> Any:
-        with self._lock:
-            return self._items.get((kind, key))
-
-    def pop(self, kind: str, key: UUID) -> Any:
-        with self._lock:
-            return self._items.pop((kind, key), None)
-
-
 class OrmRunStore:
-    def __init__(self) -> None:
-        self._keys = _Keys()
+    """:class:`goaai.runtime.store.RunStore` on goaai's database."""
 
     # Sessions
 
@@ -171,7 +143,7 @@ class OrmRunStore:
         return session_info(session_get(session_id=session_id))
 
     def end_session(self, session_id: UUID) -> SessionInfo:
-        return session_info(session_services.session_end(session_id=session_id))
+        return session_info(session_end(session_id=session_id))
 
     # Runs
 
@@ -201,7 +173,6 @@ class OrmRunStore:
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
         )
-        self._keys.put("run", run.id, run.session_id)
         return run_info(run)
 
     def get_run(self, run_id: UUID) -> RunInfo:
@@ -231,38 +202,36 @@ class OrmRunStore:
         return run_info(run)
 
     def create_child_run(
-        self, *, parent_run_id: UUID, parent_tool_call_id: UUID, agent: str, input: str
+        self,
+        *,
+        parent_run_id: UUID,
+        parent_tool_call_id: UUID,
+        agent: str,
+        input: str,
+        labels: dict[str, str],
+        policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
     ) -> RunInfo:
-        from goaai.runtime import rt
-
-        parent = Run.objects.only("session_id", "labels").get(pk=parent_run_id)
-        spec = rt.agents.get(agent)
-        policy, decisions = rt.policy_for(spec, parent.labels)
+        parent = Run.objects.only("session_id").get(pk=parent_run_id)
         run = services.run_create(
             session_id=parent.session_id,
             agent=agent,
             input=input,
-            labels=parent.labels,
-            policy=policy.as_dict(),
+            labels=labels,
+            policy=policy,
             parent_run_id=parent_run_id,
             parent_tool_call_id=parent_tool_call_id,
-            policy_decisions=decisions,
+            policy_decisions=policy_decisions,
         )
         return run_info(run)
 
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        claim = services.run_claim(
-            run_id=run_id,
-            owner=owner,
-            lease_seconds=lease_seconds,
-            session_id=self._keys.get("run", run_id),
-        )
+        claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
         if claim is None:
             return None
         run, fresh = claim
-        self._keys.put("run", run.id, run.session_id)
         owner_and_agent = session_owner_and_agent(run.session_id)
         if owner_and_agent is None:
             return None
@@ -321,20 +290,12 @@ class OrmRunStore:
         self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
     ) -> UUID:
         turn = services.turn_start(
-            run_id=run_id,
-            index=index,
-            model=model,
-            request_messages=messages,
-            session_id=self._keys.get("run", run_id),
+            run_id=run_id, index=index, model=model, request_messages=messages
         )
-        session_id = self._keys.get("run", run_id)
-        if session_id is not None:
-            self._keys.put("turn", turn.id, services.TurnKeys(run_id, session_id, index, model))
         return turn.id
 
     def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
         services.turn_complete(
-            keys=self._keys.get("turn", turn_id),
             turn_id=turn_id,
             text=reply.text,
             tool_calls=[call.as_dict() for call in reply.tool_calls],
@@ -350,7 +311,6 @@ class OrmRunStore:
     def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
     ) -> UUID:
-        turn: services.TurnKeys | None = self._keys.get("turn", turn_id)
         call = services.tool_call_schedule(
             turn_id=turn_id,
             index=index,
@@ -358,39 +318,21 @@ class OrmRunStore:
             name=request.name,
             arguments=request.arguments,
             requires_approval=requires_approval,
-            run_id=turn.run_id if turn else None,
-            session_id=turn.session_id if turn else None,
-        )
-        self._keys.put(
-            "call", call.id, services.CallKeys(call.run_id, call.session_id, call.name, None)
         )
         return call.id
 
     def start_tool_call(self, *, turn_id: UUID, index: int, request: ToolCallRequest) -> UUID:
-        turn: services.TurnKeys | None = self._keys.get("turn", turn_id)
         call = services.tool_call_start(
             turn_id=turn_id,
             index=index,
             call_id=request.id,
             name=request.name,
             arguments=request.arguments,
-            run_id=turn.run_id if turn else None,
-            session_id=turn.session_id if turn else None,
-        )
-        self._keys.put(
-            "call",
-            call.id,
-            services.CallKeys(call.run_id, call.session_id, call.name, call.started_at),
         )
         return call.id
 
     def begin_tool_call(self, *, tool_call_id: UUID) -> int:
-        keys: services.CallKeys | None = self._keys.get("call", tool_call_id)
-        now = timezone.now()
-        attempt = services.tool_call_begin(tool_call_id=tool_call_id, keys=keys, now=now)
-        if keys is not None:
-            self._keys.put("call", tool_call_id, keys._replace(started_at=now))
-        return attempt
+        return services.tool_call_begin(tool_call_id=tool_call_id)
 
     def await_input(
         self,
@@ -413,7 +355,6 @@ class OrmRunStore:
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
         services.tool_call_finish(
-            keys=self._keys.pop("call", tool_call_id),
             tool_call_id=tool_call_id,
             result=outcome.result,
             error_kind=outcome.error_kind,
@@ -424,9 +365,7 @@ class OrmRunStore:
         self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
     ) -> RunInfo:
         if status == RunStatus.COMPLETED:
-            run = services.run_complete(
-                run_id=run_id, output=output, session_id=self._keys.pop("run", run_id)
-            )
+            run = services.run_complete(run_id=run_id, output=output)
         elif status == RunStatus.CANCELED:
             reason = self.cancel_requested(run_id) or ""
             run = services.run_cancel(run_id=run_id, reason=reason)
@@ -444,6 +383,13 @@ class OrmRunStore:
 
     def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
         publish_delta(context.session_id, context.run_id, turn_id, text)
+
+    def _log_session(self, session_id: UUID | None, run_id: UUID | None) -> UUID | None:
+        """Whose log records a memory change: the entry's session, or the session of
+        the run that made it."""
+        if session_id is not None or run_id is None:
+            return session_id
+        return Run.objects.filter(pk=run_id).values_list("session_id", flat=True).first()
 
     # Memory
 
@@ -472,6 +418,7 @@ class OrmRunStore:
             written_by_user_id=written_by_user,
             written_by_run_id=written_by_run,
             written_by_tool_call_id=written_by_tool_call,
+            log_session_id=self._log_session(session_id, written_by_run),
         )
         return memory_record(entry)
 
@@ -528,6 +475,7 @@ class OrmRunStore:
             written_by_user_id=written_by_user,
             written_by_run_id=written_by_run,
             written_by_tool_call_id=written_by_tool_call,
+            log_session_id=self._log_session(session_id, written_by_run),
         )
 
     # Housekeeping

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from runs_app.events import session_group, token_group, user_group
+from sessions_app.publisher import session_group, token_group, user_group
 from sessions_app.streams import (
     CLOSE_NO_SESSION,
     CLOSE_NOT_ALLOWED,

@@ -1,11 +1,15 @@
-"""A session is one conversation between a user and an agent."""
+"""A session is one conversation between a user and an agent; its event log is the
+numbered record of everything that happened in it."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
+
+from goaai.runtime.vocabulary import EventType, choices
 
 
 class SessionStatus(models.TextChoices):
@@ -62,6 +66,49 @@ class Session(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status == SessionStatus.ACTIVE
+
+
+class RunEvent(models.Model):
+    """One entry of a session's append-only event log.
+
+    ``seq`` increases by one within the session, with no gap and no duplicate; it is
+    what live subscribers resume from. Events of a run also point at it (events
+    about the session itself have no run).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(
+        "runs_app.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=40, choices=choices(EventType))
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        indexes = [
+            models.Index(fields=["run", "seq"], name="event_run_seq"),
+            models.Index(fields=["type", "-created_at"], name="event_type_created"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="event_seq_unique_per_session"),
+            models.CheckConstraint(condition=models.Q(seq__gt=0), name="event_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.type}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as the API, the live streams and exports show it."""
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "run": str(self.run_id) if self.run_id else None,
+            "data": self.data,
+            "created_at": self.created_at.isoformat(),
+        }
 
 
 class ApiToken(models.Model):

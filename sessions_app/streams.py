@@ -23,9 +23,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from runs_app.events import event_as_dict, publisher
-from runs_app.models import RunEvent
+from sessions_app import eventlog
 from sessions_app.models import Session
+from sessions_app.publisher import publisher
 
 # The most events a stream reads from the database in one query.
 CATCH_UP_PAGE = 500
@@ -42,8 +42,8 @@ CLOSE_RESYNC = 4409
 
 @database_sync_to_async
 def events_after(session_id: UUID, after: int, limit: int = CATCH_UP_PAGE) -> list[dict[str, Any]]:
-    rows = RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit]
-    return [event_as_dict(row) for row in rows]
+    rows = eventlog.events_after(session_id=session_id, after=after, limit=limit)
+    return [event.as_dict() for event in rows]
 
 
 @database_sync_to_async

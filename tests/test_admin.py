@@ -8,9 +8,9 @@ from django.urls import reverse
 
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_store
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from runs_app.services import event_append
-from sessions_app.models import ApiToken, Session
+from runs_app.models import Run, ToolCall, Turn
+from sessions_app.eventlog import event_append
+from sessions_app.models import ApiToken, RunEvent, Session
 from sessions_app.services import api_token_create
 from tests.factories import SessionFactory, ToolCallFactory
 

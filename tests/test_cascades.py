@@ -8,9 +8,9 @@ from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
 from runs_app import services as run_services
-from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.models import Run, ToolCall, Turn
 from sessions_app import services as session_services
-from sessions_app.models import Session
+from sessions_app.models import RunEvent, Session
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,7 @@ def _conversation(owner):
     (two revisions) and a user-scoped entry the run wrote."""
     session = session_services.session_create(owner_id=owner.pk, agent="assistant")
     run = run_services.run_create(session_id=session.id, agent="assistant", input="remember")
-    run_services.run_start(run_id=run.id)
+    run_services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
     turn = run_services.turn_start(run_id=run.id, index=0, model="scripted", request_messages=[])
     call = run_services.tool_call_start(
         turn_id=turn.id, index=0, call_id="call_1", name="memory_store", arguments={}

@@ -13,8 +13,8 @@ from django.db import transaction
 from goaai.runtime import SessionEnded, rt
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
 from memory_app.models import MemoryEntry, MemoryRevision, WriterKind
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from sessions_app.models import Session, SessionStatus
+from runs_app.models import Run, ToolCall, Turn
+from sessions_app.models import RunEvent, Session, SessionStatus
 
 REMEMBERED = "Got it. I'll remember in this conversation that your favourite colour is green."
 RECALLED = "Your favourite colour is green."

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.views.defaults import page_not_found, server_error
 from drf_standardized_errors.handler import ExceptionHandler
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -28,8 +29,6 @@ class GoaaiExceptionHandler(ExceptionHandler):
     def convert_known_exceptions(self, exc: Exception) -> Exception:
         if isinstance(exc, goaai_errors.NotFound):
             return exceptions.NotFound(str(exc))
-        if isinstance(exc, goaai_errors.MemoryConflict):
-            return VersionConflict(str(exc), exc.current)
         if isinstance(exc, goaai_errors.SessionEnded | goaai_errors.IllegalTransition):
             return Conflict(str(exc), code=exc.code)
         if isinstance(exc, goaai_errors.UnknownAgent):
@@ -42,13 +41,7 @@ class GoaaiExceptionHandler(ExceptionHandler):
 
     def get_response(self, exc: exceptions.APIException, data: Any) -> Response:
         if isinstance(exc, VersionConflict):
-            from memory_app.api.serializers import MemoryEntrySerializer
-
-            current = exc.current
-            data = {
-                **data,
-                "current": MemoryEntrySerializer(current).data if current is not None else None,
-            }
+            data = {**data, "current": exc.current}
         return super().get_response(exc, data)
 
 
@@ -61,8 +54,6 @@ def _error(request: HttpRequest, status_code: int, kind: str, code: str, detail:
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> Any:
     """404 for a path under /api/ that no endpoint answers, in the API's shape."""
-    from django.views.defaults import page_not_found
-
     if request.path.startswith("/api/"):
         return _error(request, 404, "client_error", "not_found", "No endpoint at this path.")
     return page_not_found(request, exception or Exception())
@@ -70,8 +61,6 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> A
 
 def api_server_error(request: HttpRequest) -> Any:
     """500 in the API's shape under /api/ (an unexpected error, already logged)."""
-    from django.views.defaults import server_error
-
     if request.path.startswith("/api/"):
         return _error(request, 500, "server_error", "error", "A server error occurred.")
     return server_error(request)

@@ -20,7 +20,8 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 class VersionConflict(Conflict):
-    """A stale memory version; carries the entry as it is now (or ``None``)."""
+    """A stale version; carries the record as it is now, as the API shows it (or
+    ``None``), for the client to retry on top of."""
 
     default_code = "version_conflict"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,8 +37,6 @@ class SeqPage(BasePagination):
     max_limit = 1000
 
     def after_and_limit(self, request: Request) -> tuple[int, int]:
-        from rest_framework.exceptions import ValidationError
-
         values: dict[str, int] = {}
         for name, default, low, high in (
             ("after", 0, 0, 2**62),

@@ -15,6 +15,8 @@ from drf_standardized_errors.openapi import AutoSchema
 from drf_standardized_errors.openapi_serializers import ClientErrorEnum
 from rest_framework import serializers
 
+from goaai.api.parsers import LimitedJSONParser
+
 CONFLICT_CODES = [
     ("conflict", "conflict"),
     ("run_ended", "run_ended"),
@@ -72,8 +74,6 @@ class GoaaiAutoSchema(AutoSchema):
     def _should_add_parse_error_response(self) -> bool:
         # goaai's parser is not a JSONParser subclass (see goaai.api.parsers), and
         # it answers malformed JSON with a parse error all the same.
-        from goaai.api.parsers import LimitedJSONParser
-
         if any(isinstance(p, LimitedJSONParser) for p in self.view.get_parsers()):
             return self.method in ("POST", "PUT", "PATCH")
         return bool(super()._should_add_parse_error_response())

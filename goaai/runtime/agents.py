@@ -1,19 +1,19 @@
 """Agents are declared in code: what model they use, what they may do, and how far.
 
-Settings may add agents: ``GOAAI_AGENTS`` lists dotted paths to :class:`Agent`
+A deployment may add agents: its config's ``agents`` lists dotted paths to :class:`Agent`
 objects, which join the ones shipped here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from goaai.runtime.config import import_string
 from goaai.runtime.errors import UnknownAgent
 from goaai.runtime.policy import Policy
-
-if TYPE_CHECKING:
-    from goaai.runtime.tools.base import Tool
+from goaai.runtime.tools import tools_for
+from goaai.runtime.tools.agents import agent_tool
+from goaai.runtime.tools.base import Tool
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,6 @@ class AgentRegistry:
     def tools_of(self, agent: Agent) -> dict[str, Tool]:
         """Every tool ``agent`` declares: its toolsets' tools and ``ask_<id>`` for each
         agent it may call, by name (before a run's policy blocks any)."""
-        from goaai.runtime.tools import tools_for
-        from goaai.runtime.tools.agents import agent_tool
-
         tools = tools_for(agent.toolsets)
         for delegate in agent.delegates:
             delegated = agent_tool(self.get(delegate))
@@ -97,8 +94,6 @@ class AgentRegistry:
 
 def default_registry(extra: list[str] | None = None) -> AgentRegistry:
     """The shipped agents plus those named by dotted path in ``extra``."""
-    from django.utils.module_loading import import_string
-
     registry = AgentRegistry([ASSISTANT, CONCIERGE])
     for path in extra or []:
         agent = import_string(path)

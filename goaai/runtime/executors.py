@@ -1,9 +1,10 @@
 """Executors run a run's turn loop once the run has been committed.
 
 ``thread`` (the default) uses a pool of worker threads inside the server process;
-``inline`` runs the loop in the caller's thread, for scripts and tests; ``celery``
-sends one task per run to Celery workers (``celery -A goaai worker``). All of them
-hand the run id to the same :class:`~goaai.runtime.loop.TurnLoop`.
+``inline`` runs the loop in the caller's thread, for scripts and tests. A deployment
+installs others (goaai's ``celery`` sends one task per run to Celery workers, see
+``runs_app.tasks``). All of them hand the run id to the same
+:class:`~goaai.runtime.loop.TurnLoop`.
 
 A :class:`Reaper` in each server and worker process looks for runs that no live
 worker holds (the worker died and its lease expired) and submits them again.
@@ -77,21 +78,6 @@ class ThreadExecutor:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-class CeleryExecutor:
-    """One Celery task per run, acknowledged only once the task has finished
-    (``acks_late``), so a message whose worker died is delivered again."""
-
-    task_name = "goaai.execute_run"
-
-    def submit(self, run_id: UUID) -> None:
-        from goaai.celery import app
-
-        app.send_task(self.task_name, args=[str(run_id)])
-
-    def wait(self, run_id: UUID, timeout: float) -> bool:
-        return False
 
 
 class Reaper:

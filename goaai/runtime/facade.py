@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry, default_registry
-from goaai.runtime.executors import (
-    CeleryExecutor,
-    Executor,
-    InlineExecutor,
-    Reaper,
-    ThreadExecutor,
-)
+from goaai.runtime.config import RuntimeConfig
+from goaai.runtime.errors import GoaaiError
+from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
 from goaai.runtime.loop import TurnLoop
-from goaai.runtime.policy import Decision, LabelRule, Policy, apply_label_rules
+from goaai.runtime.models import get_model_client
+from goaai.runtime.policy import Decision, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import MemoryRecord, RunInfo, SessionInfo
 from goaai.runtime.vocabulary import MemoryScope, RunStatus
@@ -61,11 +60,17 @@ class RunHandle:
 class Runtime:
     """Sessions, runs and memory, as the seed's runtime offers them.
 
-    Built lazily from settings (``GOAAI_RUNTIME_STORE``, ``GOAAI_EXECUTOR``,
-    ``GOAAI_AGENTS``); :meth:`configure` replaces any part, for tests and scripts.
+    A deployment installs its parts once (:meth:`install`: where the config comes
+    from, the store, executors of its own); each part is built on first use, and
+    :meth:`configure` replaces any of them, for tests and scripts, until
+    :meth:`reset`.
     """
 
     def __init__(self) -> None:
+        self._config_source: Callable[[], RuntimeConfig] = RuntimeConfig
+        self._store_factory: Callable[[], RunStore] | None = None
+        self._executor_factories: Mapping[str, Callable[[], Executor]] = {}
+        self._config: RuntimeConfig | None = None
         self._store: RunStore | None = None
         self._agents: AgentRegistry | None = None
         self._executor: Executor | None = None
@@ -74,42 +79,76 @@ class Runtime:
 
     # Configuration
 
+    def install(
+        self,
+        *,
+        config: Callable[[], RuntimeConfig],
+        store: Callable[[], RunStore],
+        executors: Mapping[str, Callable[[], Executor]] | None = None,
+    ) -> None:
+        """Wire the runtime into a deployment: ``config`` builds its settings (again
+        after :meth:`reset`), ``store`` its storage, ``executors`` executors beyond
+        ``thread`` and ``inline``, by name."""
+        with self._lock:
+            self._config_source = config
+            self._store_factory = store
+            self._executor_factories = dict(executors or {})
+
     def configure(
         self,
         *,
+        config: RuntimeConfig | None = None,
         store: RunStore | None = None,
         agents: AgentRegistry | None = None,
         executor: str | Executor | None = None,
     ) -> None:
         with self._lock:
+            if config is not None:
+                self._config = config
             if store is not None:
                 self._store = store
             if agents is not None:
                 self._agents = agents
-            if isinstance(executor, str):
-                self._executor = self._build_executor(executor)
-            elif executor is not None:
+        if isinstance(executor, str):
+            built = self._build_executor(executor)
+            with self._lock:
+                self._executor = built
+        elif executor is not None:
+            with self._lock:
                 self._executor = executor
 
     def reset(self) -> None:
-        """Forget every configured part; they are built from settings again on use."""
+        """Forget every built or configured part; they are built again on use."""
         with self._lock:
             if isinstance(self._executor, ThreadExecutor):
                 self._executor.shutdown()
             if self._reaper is not None:
                 self._reaper.stop()
-            self._store = self._agents = self._executor = self._reaper = None
+            self._config = self._store = self._agents = self._executor = self._reaper = None
+
+    @property
+    def config(self) -> RuntimeConfig:
+        config = self._config
+        if config is None:
+            built = self._config_source()
+            with self._lock:
+                if self._config is None:
+                    self._config = built
+                config = self._config
+        return config
 
     @property
     def store(self) -> RunStore:
         store = self._store
         if store is None:
-            from django.conf import settings
-            from django.utils.module_loading import import_string
-
             with self._lock:
                 if self._store is None:
-                    self._store = import_string(settings.GOAAI_RUNTIME_STORE)()
+                    if self._store_factory is None:
+                        raise GoaaiError(
+                            "The runtime has no store: install one with rt.install(...) "
+                            "or rt.configure(store=...)."
+                        )
+                    self._store = self._store_factory()
                 store = self._store
         return store
 
@@ -117,11 +156,10 @@ class Runtime:
     def agents(self) -> AgentRegistry:
         agents = self._agents
         if agents is None:
-            from django.conf import settings
-
+            built = default_registry(list(self.config.agents))
             with self._lock:
                 if self._agents is None:
-                    self._agents = default_registry(list(settings.GOAAI_AGENTS))
+                    self._agents = built
                 agents = self._agents
         return agents
 
@@ -129,9 +167,7 @@ class Runtime:
     def executor(self) -> Executor:
         executor = self._executor
         if executor is None:
-            from django.conf import settings
-
-            built = self._build_executor(settings.GOAAI_EXECUTOR)
+            built = self._build_executor(self.config.executor)
             with self._lock:
                 if self._executor is None:
                     self._executor = built
@@ -139,14 +175,15 @@ class Runtime:
         return executor
 
     def loop(self) -> TurnLoop:
-        from django.conf import settings
-
+        config = self.config
         return TurnLoop(
             store=self.store,
             agents=self.agents,
+            model_factory=partial(get_model_client, providers=config.providers),
             publish_delta=self.store.publish_delta,
             run_child=self._run_child,
-            lease_seconds=settings.GOAAI_RUN_LEASE_SECONDS,
+            lease_seconds=config.run_lease_seconds,
+            label_rules=config.label_rules,
         )
 
     def execute(self, run_id: UUID) -> RunInfo | None:
@@ -176,9 +213,7 @@ class Runtime:
 
     def start_background(self) -> None:
         """Start this process's reaper thread, once (servers and workers call this)."""
-        from django.conf import settings
-
-        interval = settings.GOAAI_REAPER_INTERVAL
+        interval = self.config.reaper_interval
         with self._lock:
             if self._reaper is not None or interval <= 0:
                 return
@@ -186,23 +221,20 @@ class Runtime:
         self._reaper.start()
 
     def _build_executor(self, name: str) -> Executor:
-        from django.conf import settings
-
         if name == "inline":
             return InlineExecutor(self.execute)
         if name == "thread":
-            return ThreadExecutor(self.execute, threads=settings.GOAAI_EXECUTOR_THREADS)
-        if name == "celery":
-            return CeleryExecutor()
-        raise ValueError(f"Unknown executor {name!r}: choose 'thread', 'inline' or 'celery'.")
+            return ThreadExecutor(self.execute, threads=self.config.executor_threads)
+        factory = self._executor_factories.get(name)
+        if factory is not None:
+            return factory()
+        known = ", ".join(repr(n) for n in ("thread", "inline", *self._executor_factories))
+        raise ValueError(f"Unknown executor {name!r}: choose {known}.")
 
     def policy_for(self, agent: Agent, labels: dict[str, str]) -> tuple[Policy, list[Decision]]:
         """The policy in force for a run of ``agent`` with ``labels``, and the label
-        rules (settings ``GOAAI_LABEL_RULES``) that shaped it."""
-        from django.conf import settings
-
-        rules = [LabelRule.from_dict(rule) for rule in settings.GOAAI_LABEL_RULES]
-        return apply_label_rules(agent.policy, labels, rules)
+        rules (the config's ``label_rules``) that shaped it."""
+        return apply_label_rules(agent.policy, labels, list(self.config.label_rules))
 
     # Sessions
 
@@ -308,10 +340,8 @@ class Runtime:
 
     def wait(self, run_id: Any, timeout: float | None = None) -> RunInfo:
         """Wait until a run has ended or awaits input; returns it as it is then."""
-        from django.conf import settings
-
         run_uuid = _uuid(run_id)
-        limit = settings.GOAAI_RUN_WAIT_SECONDS if timeout is None else timeout
+        limit = self.config.run_wait_seconds if timeout is None else timeout
         deadline = time.monotonic() + limit
         try:
             self.executor.wait(run_uuid, timeout=limit)

@@ -24,14 +24,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
-from goaai.runtime.policy import Policy
+from goaai.runtime.policy import LabelRule, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
 from goaai.runtime.tools import Tool, ToolContext, ToolRejected
 from goaai.runtime.tools.base import DelegationPaused
@@ -167,6 +167,7 @@ class TurnLoop:
         publish_delta: DeltaPublisher | None = None,
         run_child: ChildRunner | None = None,
         lease_seconds: float = 60.0,
+        label_rules: Sequence[LabelRule] = (),
     ) -> None:
         self.store = store
         self.agents = agents
@@ -175,6 +176,7 @@ class TurnLoop:
         self.publish_delta = publish_delta
         self.run_child = run_child
         self.lease_seconds = lease_seconds
+        self.label_rules = list(label_rules)
 
     def execute(self, run_id: UUID) -> RunInfo | None:
         """Execute a run until it ends or waits for a person, and return it then.
@@ -524,11 +526,19 @@ class TurnLoop:
                 raise ToolRejected(
                     f"Agents may call agents at most {MAX_DELEGATION_DEPTH} levels deep."
                 )
+            # The child runs under its own agent's policy, tightened by the same label
+            # rules as its parent (it carries the parent's labels).
+            policy, decisions = apply_label_rules(
+                self.agents.get(agent_id).policy, context.labels, self.label_rules
+            )
             child = self.store.create_child_run(
                 parent_run_id=context.run_id,
                 parent_tool_call_id=tool_call_id,
                 agent=agent_id,
                 input=prompt,
+                labels=context.labels,
+                policy=policy.as_dict(),
+                policy_decisions=decisions,
             )
             runner = self.run_child or self.execute
             finished = runner(child.id)

@@ -69,9 +69,18 @@ class RunStore(Protocol):
         ...
 
     def create_child_run(
-        self, *, parent_run_id: UUID, parent_tool_call_id: UUID, agent: str, input: str
+        self,
+        *,
+        parent_run_id: UUID,
+        parent_tool_call_id: UUID,
+        agent: str,
+        input: str,
+        labels: dict[str, str],
+        policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
     ) -> RunInfo:
-        """A run of ``agent`` called as a tool, in the parent's session, linked to it."""
+        """A run of ``agent`` called as a tool, in the parent's session, linked to it,
+        under ``policy`` (which ``policy_decisions`` shaped)."""
         ...
 
     # The turn loop

@@ -51,6 +51,10 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 
+# A run that has not ended: what cancel, purge guards and "is anything running" look for.
+OPEN_RUN_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.AWAITING_INPUT})
+
+
 def sources_of(target: RunStatus) -> frozenset[RunStatus]:
     """The statuses from which a run may move to ``target``."""
     return frozenset(src for src, targets in RUN_TRANSITIONS.items() if target in targets)
@@ -73,6 +77,9 @@ TERMINAL_TOOL_CALL_STATUSES = frozenset(
         ToolCallStatus.DENIED,
     }
 )
+
+# A tool call that has not ended: what a run's end cancels.
+OPEN_TOOL_CALL_STATUSES = frozenset({ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING})
 
 
 class ErrorKind(StrEnum):
@@ -139,6 +146,51 @@ RUN_END_EVENTS = {
     RunStatus.CANCELED: EventType.RUN_CANCELED,
     RunStatus.TIMED_OUT: EventType.RUN_TIMED_OUT,
 }
+
+# Groups of event types, for whoever reads the log (the timeline, the chat page,
+# exports): one definition, so that a new event type is placed once.
+RUN_END_EVENT_TYPES = frozenset(RUN_END_EVENTS.values())
+TOOL_CALL_END_EVENT_TYPES = frozenset(
+    {EventType.TOOL_CALL_SUCCEEDED, EventType.TOOL_CALL_FAILED, EventType.TOOL_CALL_CANCELED}
+)
+FAILURE_EVENT_TYPES = frozenset(
+    {
+        EventType.TOOL_CALL_FAILED,
+        EventType.TOOL_CALL_CANCELED,
+        EventType.RUN_FAILED,
+        EventType.RUN_TIMED_OUT,
+        EventType.RUN_CANCELED,
+    }
+)
+# Ended by someone or something stopping it rather than by an error.
+STOPPED_EVENT_TYPES = frozenset({EventType.RUN_CANCELED, EventType.TOOL_CALL_CANCELED})
+SUCCESS_EVENT_TYPES = frozenset({EventType.TOOL_CALL_SUCCEEDED, EventType.RUN_COMPLETED})
+WAITING_EVENT_TYPES = frozenset(
+    {
+        EventType.RUN_AWAITING_INPUT,
+        EventType.RUN_RESUMED,
+        EventType.TOOL_CALL_APPROVAL_REQUESTED,
+    }
+)
+# Events about a session itself rather than one of its runs.
+SESSION_EVENT_TYPES = frozenset(
+    {EventType.SESSION_CREATED, EventType.SESSION_UPDATED, EventType.SESSION_ENDED}
+)
+
+# What a session list shows: these also go to the owner's stream of session changes.
+SESSION_LIST_EVENT_TYPES = frozenset(
+    SESSION_EVENT_TYPES
+    | RUN_END_EVENT_TYPES
+    | {
+        EventType.RUN_CREATED,
+        EventType.RUN_STARTED,
+        EventType.RUN_AWAITING_INPUT,
+        EventType.RUN_RESUMED,
+    }
+)
+# A run that ended in an error (running out of time is one), rather than completing
+# or being stopped: what the run's timeline shows a failure banner for.
+FAILED_RUN_STATUSES = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT})
 
 
 def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:

@@ -23,8 +23,10 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from goaai.api.exceptions import VersionConflict
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet, visible
+from goaai.runtime.errors import MemoryConflict
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services
 from memory_app.api.filters import MemoryFilter
@@ -99,6 +101,14 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
 
     def owner_filter(self, user: Any) -> Q:
         return readable_by(user)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, MemoryConflict):
+            # The 409 shows the entry as it is now, for the client to retry on top of.
+            current = exc.current
+            shown = MemoryEntrySerializer(current).data if current is not None else None
+            exc = VersionConflict(str(exc), shown)
+        return super().handle_exception(exc)
 
     def base_queryset(self) -> QuerySet[MemoryEntry]:
         return MemoryEntry.objects.all()

@@ -8,7 +8,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
-from runs_app.models import DECISION_CHOICES, Run, RunEvent, ToolCall, Turn
+from runs_app.models import DECISION_CHOICES, Run, ToolCall, Turn
+from sessions_app.models import RunEvent
 
 MAX_INPUT_LENGTH = 32_000
 

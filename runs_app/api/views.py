@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import IntegrityError
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -26,11 +27,6 @@ from rest_framework.response import Response
 
 from goaai.api.exceptions import Conflict
 from goaai.api.pagination import Cursor, SeqPage
-from goaai.api.throttles import (
-    RunCreateTokenThrottle,
-    RunCreateUserThrottle,
-    check_run_throttles,
-)
 from goaai.api.views import ScopedViewSet, visible
 from goaai.runtime import rt
 from runs_app.api.filters import RunFilter, ToolCallFilter, TurnFilter
@@ -44,9 +40,15 @@ from runs_app.api.serializers import (
     ToolCallSerializer,
     TurnSerializer,
 )
-from runs_app.models import Run, RunEvent, ToolCall, Turn
+from runs_app.api.throttles import (
+    RunCreateTokenThrottle,
+    RunCreateUserThrottle,
+    check_run_throttles,
+)
+from runs_app.export import session_document_stream
+from runs_app.models import Run, ToolCall, Turn
 from runs_app.selectors import run_for_idempotency_key, runs_with_steps
-from sessions_app.models import Session
+from sessions_app.models import RunEvent, Session
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
 
@@ -359,3 +361,29 @@ class SessionEventViewSet(SessionScopedMixin, ScopedViewSet):
         rows = list(self.get_queryset().filter(seq__gt=after).order_by("seq")[:limit])
         paginator.paginate(rows, request, limit)
         return paginator.get_paginated_response(self.get_serializer(rows, many=True).data)
+
+
+class SessionExportViewSet(ScopedViewSet):
+    """A session's export: the session with what its runs recorded and its memory."""
+
+    owner_lookup = "owner"
+    filterset_class = None
+    pagination_class = None
+
+    def base_queryset(self) -> QuerySet[Session]:
+        return Session.objects.select_related("owner")
+
+    @extend_schema(
+        summary="Export a session",
+        description="One JSON document with the session, its runs, turns, tool calls, "
+        "events and session memory, written out as it is read (a long session is "
+        "never held whole in memory).",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def export(self, request: Request, pk: str) -> StreamingHttpResponse:
+        session = self.get_object()
+        response = StreamingHttpResponse(
+            session_document_stream(session), content_type="application/json"
+        )
+        response["Content-Disposition"] = f'attachment; filename="session-{session.pk}.json"'
+        return response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField
@@ -84,8 +85,6 @@ class ApiTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-arg
     )
 
     def validate_expires_at(self, value: Any) -> Any:
-        from django.utils import timezone
-
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError("Must be in the future.", code="in_past")
         return value

@@ -21,8 +21,8 @@ from channels.layers import get_channel_layer
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
-from goaai.api.authentication import token_user
-from runs_app.events import session_group, token_group, user_group
+from sessions_app.api.authentication import token_user
+from sessions_app.publisher import session_group, token_group, user_group
 from sessions_app.streams import (
     MAX_LIVE_GAP,
     Sequencer,
@@ -78,12 +78,105 @@ async def _messages(channel: str) -> AsyncIterator[dict[str, Any] | None]:
             yield None
 
 
-async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpResponseBase:
+_RETRY = "retry: 2000\n\n"
+_KEEPALIVE = ": keep-alive\n\n"
+_TOKEN_REVOKED = _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
+
+
+async def _stream_caller(request: HttpRequest) -> tuple[Any, str | None] | JsonResponse:
+    """Who opens a stream and the group of their token's revocation, or the response
+    that refuses them."""
     if request.method != "GET":
         return _error(405, "client_error", "method_not_allowed", "Only GET.")
     user, revocations = await _caller(request)
     if user is None:
         return _error(401, "client_error", "not_authenticated", "Send credentials.")
+    return user, revocations
+
+
+async def _join(layer: Any, channel: str, groups: tuple[str | None, ...]) -> None:
+    for group in groups:
+        if group:
+            await subscribe(layer, group, channel)
+
+
+async def _leave(layer: Any, channel: str, groups: tuple[str | None, ...]) -> None:
+    for group in groups:
+        if group:
+            await layer.group_discard(group, channel)
+
+
+def _event_frame(event: dict[str, Any]) -> str:
+    return _frame(event["type"], event, event["seq"])
+
+
+async def _stored_frames(sequencer: Sequencer) -> AsyncIterator[str]:
+    """The stored events after the sequencer's last, as frames."""
+    async for events in stored_after(sequencer):
+        for event in events:
+            yield _event_frame(event)
+
+
+async def _live_frames(
+    sequencer: Sequencer, events: list[dict[str, Any]]
+) -> tuple[list[str], bool]:
+    """Frames for events the layer delivered, gaps filled from the database, and
+    whether the stream ends: past ``MAX_LIVE_GAP`` missing events the client is told
+    to resync instead."""
+    ready, gap = sequencer.take(events)
+    if gap and sequencer.gap() > MAX_LIVE_GAP:
+        return [*map(_event_frame, ready), _frame("resync", {"after": sequencer.last})], True
+    if gap:
+        ready += await sequencer.fill()
+    return [_event_frame(event) for event in ready], False
+
+
+async def _session_reply(sequencer: Sequencer, message: dict[str, Any]) -> tuple[list[str], bool]:
+    """The frames a message of the session's group becomes, and whether the stream
+    ends with them."""
+    if message["type"] == "token.revoked":
+        return [_TOKEN_REVOKED], True
+    if message["type"] == "run.delta":
+        return [_frame("delta", {k: message[k] for k in ("run", "turn", "text")})], False
+    if message["type"] == "session.events":
+        return await _live_frames(sequencer, message["events"])
+    return [], False
+
+
+async def _session_frames(
+    layer: Any, channel: str, groups: tuple[str | None, ...], sequencer: Sequencer
+) -> AsyncIterator[str]:
+    try:
+        # Joined here, once the response is being sent, so that leaving is in the
+        # same ``finally`` (a client gone before that never joins); still before
+        # the backlog is read, as the WebSocket does (see sessions_app.streams).
+        await _join(layer, channel, groups)
+        yield _RETRY
+        async for frame in _stored_frames(sequencer):
+            yield frame
+        yield _frame("caught_up", {"seq": sequencer.last})
+        async for message in _messages(channel):
+            if message is None:
+                # Quiet for a while: also look for events the layer may have
+                # dropped at the end of a run (no later event shows that gap).
+                async for frame in _stored_frames(sequencer):
+                    yield frame
+                yield _KEEPALIVE
+                continue
+            frames, ended = await _session_reply(sequencer, message)
+            for frame in frames:
+                yield frame
+            if ended:
+                return
+    finally:
+        await _leave(layer, channel, groups)
+
+
+async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpResponseBase:
+    caller = await _stream_caller(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    user, revocations = caller
     if not await session_visible(session_id, user):
         return _error(404, "client_error", "not_found", "No such session.")
     after = parse_after(request.headers.get("Last-Event-ID") or request.GET.get("after"))
@@ -91,83 +184,36 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
         return _error(400, "validation_error", "invalid", "A non-negative integer.", attr="after")
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    group = session_group(session_id)
+    groups = (session_group(session_id), revocations)
+    sequencer = Sequencer(session_id=session_id, last=after)
+    return _stream(_session_frames(layer, channel, groups, sequencer))
 
-    async def frames() -> AsyncIterator[str]:
-        sequencer = Sequencer(session_id=session_id, last=after)
-        try:
-            # Joined here, once the response is being sent, so that leaving is in the
-            # same ``finally`` (a client gone before that never joins); still before
-            # the backlog is read, as the WebSocket does (see sessions_app.streams).
-            for joined in (group, revocations):
-                if joined:
-                    await subscribe(layer, joined, channel)
-            yield "retry: 2000\n\n"
-            async for events in stored_after(sequencer):
-                for event in events:
-                    yield _frame(event["type"], event, event["seq"])
-            yield _frame("caught_up", {"seq": sequencer.last})
-            async for message in _messages(channel):
-                if message is None:
-                    # Quiet for a while: also look for events the layer may have
-                    # dropped at the end of a run (no later event shows that gap).
-                    async for events in stored_after(sequencer):
-                        for event in events:
-                            yield _frame(event["type"], event, event["seq"])
-                    yield ": keep-alive\n\n"
-                elif message["type"] == "token.revoked":
-                    yield _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
-                    return
-                elif message["type"] == "run.delta":
-                    delta = {k: message[k] for k in ("run", "turn", "text")}
-                    yield _frame("delta", delta)
-                elif message["type"] == "session.events":
-                    ready, gap = sequencer.take(message["events"])
-                    if gap and sequencer.gap() > MAX_LIVE_GAP:
-                        for event in ready:
-                            yield _frame(event["type"], event, event["seq"])
-                        yield _frame("resync", {"after": sequencer.last})
-                        return
-                    if gap:
-                        ready += await sequencer.fill()
-                    for event in ready:
-                        yield _frame(event["type"], event, event["seq"])
-        finally:
-            for joined in (group, revocations):
-                if joined:
-                    await layer.group_discard(joined, channel)
 
-    return _stream(frames())
+async def _session_list_frames(
+    layer: Any, channel: str, groups: tuple[str | None, ...]
+) -> AsyncIterator[str]:
+    try:
+        await _join(layer, channel, groups)
+        yield _RETRY
+        yield _frame("ready", {})
+        async for message in _messages(channel):
+            if message is None:
+                yield _KEEPALIVE
+            elif message["type"] == "token.revoked":
+                yield _TOKEN_REVOKED
+                return
+            elif message["type"] == "user.change":
+                yield _frame(message["event"]["type"], message["event"])
+    finally:
+        await _leave(layer, channel, groups)
 
 
 async def session_list_stream(request: HttpRequest) -> HttpResponseBase:
-    if request.method != "GET":
-        return _error(405, "client_error", "method_not_allowed", "Only GET.")
-    user, revocations = await _caller(request)
-    if user is None:
-        return _error(401, "client_error", "not_authenticated", "Send credentials.")
+    caller = await _stream_caller(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    user, revocations = caller
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    group = user_group(user.pk)
-
-    async def frames() -> AsyncIterator[str]:
-        try:
-            for joined in (group, revocations):
-                if joined:
-                    await subscribe(layer, joined, channel)
-            yield "retry: 2000\n\n"
-            yield _frame("ready", {})
-            async for message in _messages(channel):
-                if message is None:
-                    yield ": keep-alive\n\n"
-                elif message["type"] == "token.revoked":
-                    yield _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
-                    return
-                elif message["type"] == "user.change":
-                    yield _frame(message["event"]["type"], message["event"])
-        finally:
-            for joined in (group, revocations):
-                if joined:
-                    await layer.group_discard(joined, channel)
-
-    return _stream(frames())
+    groups = (user_group(user.pk), revocations)
+    return _stream(_session_list_frames(layer, channel, groups))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from django.http import StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
@@ -13,12 +11,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from goaai.api.authentication import BearerTokenAuthentication
-from goaai.api.export import session_document_stream
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
 from sessions_app import services
+from sessions_app.api.authentication import BearerTokenAuthentication
 from sessions_app.api.filters import SessionFilter
 from sessions_app.api.serializers import (
     ApiTokenCreatedSerializer,
@@ -114,24 +111,8 @@ class SessionViewSet(
     @action(detail=True, methods=["post"])
     def end(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        services.session_end(session_id=session.pk)
+        rt.end_session(session.pk)
         return Response(SessionSerializer(self.base_queryset().get(pk=session.pk)).data)
-
-    @extend_schema(
-        summary="Export a session",
-        description="One JSON document with the session, its runs, turns, tool calls, "
-        "events and session memory, written out as it is read (a long session is "
-        "never held whole in memory).",
-        responses={200: OpenApiTypes.OBJECT},
-    )
-    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
-    def export(self, request: Request, pk: str) -> StreamingHttpResponse:
-        session = self.get_object()
-        response = StreamingHttpResponse(
-            session_document_stream(session), content_type="application/json"
-        )
-        response["Content-Disposition"] = f'attachment; filename="session-{session.pk}.json"'
-        return response
 
 
 @extend_validation_errors(["in_past"], field_name="expires_at", actions=["create"])

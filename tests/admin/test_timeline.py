@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import uuid
@@ -14,10 +15,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from goaai.runtime import rt
-from runs_app import timeline
-from runs_app.models import Run, RunEvent, ToolCall
-from runs_app.services import event_append
-from sessions_app.models import Session
+from runs_app import services as run_services
+from runs_app.models import Run, ToolCall
+from runs_app.timeline.values import LOAD_CAP
+from sessions_app.eventlog import event_append
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, TurnFactory
 
 
@@ -367,6 +369,81 @@ def test_a_failed_run_shows_its_failure_banner_and_failed_only_filter(client, st
     assert sorted(types) == ["run.failed", "tool_call.failed"]
 
 
+@pytest.fixture
+def canceled_mid_call(client, staff, inline_runtime, session):
+    """A run an operator canceled from its timeline while a tool call had been
+    running for 2.5 s: the run's end cancels the call with it."""
+    run = run_services.run_create(session_id=session.id, agent="assistant", input="add slowly")
+    # A lease that has already lapsed: no live worker, so the cancel takes effect at once.
+    run_services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=0)
+    turn = run_services.turn_start(run_id=run.id, index=0, model="scripted", request_messages=[])
+    call = run_services.tool_call_start(
+        turn_id=turn.id, index=0, call_id="call_1", name="calculator", arguments={"a": 1}
+    )
+    # As if it had started 2.5 s ago (a real wait would slow the suite).
+    began = timezone.now() - dt.timedelta(seconds=2.5)
+    ToolCall.objects.filter(pk=call.id).update(started_at=began)
+    RunEvent.objects.filter(run_id=run.id).update(created_at=began)
+    client.force_login(staff)
+    client.post(reverse("admin:runs_app_run_timeline_cancel", args=[run.id]))
+    assert ToolCall.objects.get(pk=call.id).status == "canceled"
+    return run
+
+
+def event_of(run: Run, type: str) -> RunEvent:
+    return RunEvent.objects.get(run_id=run.id, type=type)
+
+
+def row_html(html: str, seq: int) -> str:
+    """The table body of one row: the row and its details."""
+    return html.split(f'<tbody id="seq-{seq}"')[1].split("</tbody>")[0]
+
+
+def seconds_shown(pattern: str, html: str) -> float:
+    """The duration ``pattern`` finds (its group is "1.25 s", "12 ms"...), in seconds."""
+    shown = re.search(pattern, html)
+    assert shown, f"no {pattern!r} in the page"
+    number, unit = shown.group(1).split()
+    return float(number) / (1000 if unit == "ms" else 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_call_canceled_with_its_run_has_a_canceled_row(client, canceled_mid_call):
+    run = canceled_mid_call
+    html = client.get(run_url(run.id)).content.decode()
+    row = row_html(html, event_of(run, "tool_call.canceled").seq)
+    assert 'class="tl-event tl-outcome-canceled"' in row
+    assert 'tl-badge-canceled">tool_call.canceled' in row
+    assert "calculator · the run canceled" in row
+    # The call's panel: canceled, after running for as long as it ran.
+    assert 'tl-status-canceled">canceled' in row
+    assert 2.5 <= seconds_shown(r"<dt>Duration</dt><dd>([\d.]+ m?s)</dd>", row) < 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_canceled_tool_call_folds_with_its_start_and_its_real_duration(client, canceled_mid_call):
+    run = canceled_mid_call
+    compact = client.get(run_url(run.id, view="compact"))
+    scheduled = event_of(run, "tool_call.scheduled").seq
+    # Closed like a call that succeeded or failed: the cancel is folded into its row.
+    assert event_of(run, "tool_call.canceled").seq not in seqs(compact)
+    assert event_of(run, "tool_call.started").seq not in seqs(compact)
+    call_row = row_html(compact.content.decode(), scheduled).split("</tr>")[0]
+    assert 'class="tl-event tl-outcome-canceled"' in call_row
+    assert 'tl-badge tl-badge-canceled">tool_call.canceled' in call_row
+    assert "calculator · the run canceled" in call_row
+    # From its start to the run's end, not "0 ms" of a call that looks still open.
+    assert 2.5 <= seconds_shown(r'class="tl-duration">([\d.]+ m?s)<', call_row) < 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failed_only_shows_a_tool_call_canceled_with_its_run(client, canceled_mid_call):
+    run = canceled_mid_call
+    failed = client.get(run_url(run.id, failed="1"))
+    types = [e.type for e in RunEvent.objects.filter(seq__in=seqs(failed), run=run)]
+    assert sorted(types) == ["run.canceled", "tool_call.canceled"]
+
+
 @pytest.mark.django_db
 def test_filters_in_the_url_type_text_and_newest_first(client, staff):
     run = RunFactory(status="completed")
@@ -492,7 +569,7 @@ def test_the_raw_json_view(client, staff):
 def test_large_values_are_capped_with_a_download_link(client, staff):
     run = RunFactory(status="completed")
     turn = TurnFactory(run=run, index=0)
-    huge = "x" * (timeline.LOAD_CAP + 5000)
+    huge = "x" * (LOAD_CAP + 5000)
     call = ToolCallFactory(turn=turn, result={"blob": huge})
     events = add_events(
         run,

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import EventType
-from runs_app import services
+from sessions_app import eventlog
 from tests.factories import RunFactory, SessionFactory
 
 
@@ -33,7 +33,7 @@ def events_url(session_id) -> str:
 
 def append(session, count: int, run=None) -> None:
     for n in range(count):
-        services.event_append(
+        eventlog.event_append(
             session_id=session.pk,
             type=EventType.POLICY_DECISION,
             data={"n": n},
@@ -171,7 +171,7 @@ def test_a_bad_after_or_limit_is_refused(api, session, param, value):
 
 @pytest.mark.django_db
 def test_another_users_session_events_are_a_404(other_api, session):
-    services.event_append(
+    eventlog.event_append(
         session_id=session.pk, type=EventType.POLICY_DECISION, data={"secret": "alice's"}
     )
 

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from memory_app.models import MemoryEntry, MemoryRevision
-from runs_app.models import RunEvent
+from sessions_app.models import RunEvent
 from tests.factories import MemoryEntryFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db

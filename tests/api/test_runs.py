@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from goaai.runtime import rt
-from runs_app.models import Run, RunEvent
+from runs_app.models import Run
 from runs_app.selectors import run_for_idempotency_key
-from sessions_app.models import Session
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, TurnFactory
 
 MAX_INPUT = 32_000

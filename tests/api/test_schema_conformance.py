@@ -245,50 +245,86 @@ def steer(world: World) -> Callable[..., st.SearchStrategy[schemathesis.Case]]:
     def flatmap_case(
         ctx: schemathesis.HookContext, case: schemathesis.Case
     ) -> st.SearchStrategy[schemathesis.Case]:
-        method, path = case.method.upper(), case.path
-        action = path.rstrip("/").rsplit("/", 1)[-1]
-        draws: dict[tuple[str, str], st.SearchStrategy[Any]] = {}
-        for name, value in (case.path_parameters or {}).items():
-            draws["path", name] = _maybe(_pool_for_path(world, method, path, name), value)
-        for name, value in (case.query or {}).items():
-            pool = "version" if (name, method) == ("version", "DELETE") else QUERY_POOLS.get(name)
-            if pool:
-                draws["query", name] = _maybe(world.pools[pool], value)
-        templates = world.bodies.get(f"{method} {path.removeprefix('/api/v1')}")
-        if templates:
-            # Half of the bodies well-formed, half generated (then partly steered).
-            draws["body", "*"] = st.one_of(st.sampled_from(templates), st.just(case.body))
-        if isinstance(case.body, dict):
-            for name, value in case.body.items():
-                if name in BODY_POOLS:
-                    draws["body", name] = _maybe(world.pools[BODY_POOLS[name]], value)
-        if method == "POST" and action == "runs":
-            current = (case.headers or {}).get("Idempotency-Key")
-            draws["header", "Idempotency-Key"] = _maybe(world.pools["idempotency"], current)
+        draws = _draws(world, case)
         if not draws:
             return st.just(case)
-
         generated = case.body
-
-        def apply(values: dict[tuple[str, str], Any]) -> schemathesis.Case:
-            body = values.get(("body", "*"), generated)
-            for (where, name), value in values.items():
-                if where == "path":
-                    case.path_parameters = {**case.path_parameters, name: value}
-                elif where == "query":
-                    case.query = {**case.query, name: value}
-                elif where == "body" and name == "*":
-                    case.body = copy.deepcopy(body)
-                elif where == "body":
-                    if body is generated:
-                        case.body = {**case.body, name: value}
-                elif value is not None:
-                    case.headers = {**(case.headers or {}), name: value}
-            return case
-
-        return st.fixed_dictionaries(draws).map(apply)
+        return st.fixed_dictionaries(draws).map(lambda values: _steered(case, generated, values))
 
     return flatmap_case
+
+
+Draws = dict[tuple[str, str], st.SearchStrategy[Any]]
+
+
+def _draws(world: World, case: schemathesis.Case) -> Draws:
+    """What to draw for each part of the request: path, query, body, headers (in this
+    order, which the derandomized generation depends on)."""
+    method, path = case.method.upper(), case.path
+    return {
+        **_path_draws(world, case, method, path),
+        **_query_draws(world, case, method),
+        **_body_draws(world, case, method, path),
+        **_header_draws(world, case, method, path),
+    }
+
+
+def _path_draws(world: World, case: schemathesis.Case, method: str, path: str) -> Draws:
+    return {
+        ("path", name): _maybe(_pool_for_path(world, method, path, name), value)
+        for name, value in (case.path_parameters or {}).items()
+    }
+
+
+def _query_draws(world: World, case: schemathesis.Case, method: str) -> Draws:
+    draws: Draws = {}
+    for name, value in (case.query or {}).items():
+        pool = "version" if (name, method) == ("version", "DELETE") else QUERY_POOLS.get(name)
+        if pool:
+            draws["query", name] = _maybe(world.pools[pool], value)
+    return draws
+
+
+def _body_draws(world: World, case: schemathesis.Case, method: str, path: str) -> Draws:
+    draws: Draws = {}
+    templates = world.bodies.get(f"{method} {path.removeprefix('/api/v1')}")
+    if templates:
+        # Half of the bodies well-formed, half generated (then partly steered).
+        draws["body", "*"] = st.one_of(st.sampled_from(templates), st.just(case.body))
+    if isinstance(case.body, dict):
+        for name, value in case.body.items():
+            if name in BODY_POOLS:
+                draws["body", name] = _maybe(world.pools[BODY_POOLS[name]], value)
+    return draws
+
+
+def _header_draws(world: World, case: schemathesis.Case, method: str, path: str) -> Draws:
+    action = path.rstrip("/").rsplit("/", 1)[-1]
+    if method != "POST" or action != "runs":
+        return {}
+    current = (case.headers or {}).get("Idempotency-Key")
+    return {("header", "Idempotency-Key"): _maybe(world.pools["idempotency"], current)}
+
+
+def _steered(
+    case: schemathesis.Case, generated: Any, values: dict[tuple[str, str], Any]
+) -> schemathesis.Case:
+    """``case`` with the drawn values put in their places; a drawn whole body replaces
+    the generated one, whose fields are then left alone."""
+    body = values.get(("body", "*"), generated)
+    for (where, name), value in values.items():
+        if where == "path":
+            case.path_parameters = {**case.path_parameters, name: value}
+        elif where == "query":
+            case.query = {**case.query, name: value}
+        elif where == "body" and name == "*":
+            case.body = copy.deepcopy(body)
+        elif where == "body":
+            if body is generated:
+                case.body = {**case.body, name: value}
+        elif value is not None:
+            case.headers = {**(case.headers or {}), name: value}
+    return case
 
 
 def _config() -> schemathesis.Config:

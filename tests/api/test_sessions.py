@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from goaai.runtime.vocabulary import EventType, RunStatus
 from memory_app.models import MemoryEntry
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from sessions_app.models import Session, SessionStatus
+from runs_app.models import Run, ToolCall, Turn
+from sessions_app.models import RunEvent, Session, SessionStatus
 from tests.factories import (
     MemoryEntryFactory,
     RunFactory,

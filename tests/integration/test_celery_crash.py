@@ -22,7 +22,8 @@ from django.db import connection
 
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import ErrorKind, RunStatus, ToolCallStatus
-from runs_app.models import Run, RunEvent, ToolCall
+from runs_app.models import Run, ToolCall
+from sessions_app.models import RunEvent
 from tests.factories import SessionFactory
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,8 +31,8 @@ import redis
 from celery import Celery
 from django.db import connection
 
-from runs_app.events import event_as_dict
-from runs_app.models import Run, RunEvent
+from runs_app.models import Run
+from sessions_app.models import RunEvent
 from sessions_app.services import api_token_create
 from tests.factories import SessionFactory
 from tests.integration.live_support import FINAL_ANSWER, GATES, Closed, WebSocket
@@ -312,7 +312,7 @@ def test_a_run_on_a_worker_reaches_clients_on_two_servers_complete_and_in_order(
         raise
     a, b, c, c2 = seen["A"], seen["B"], seen["C"], seen["C2"]
 
-    stored = [event_as_dict(e) for e in RunEvent.objects.filter(session=session).order_by("seq")]
+    stored = [e.as_dict() for e in RunEvent.objects.filter(session=session).order_by("seq")]
     assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
     assert stored[-1]["type"] == "run.completed"
     # Several turns and tool calls: the stream had something to get wrong.

@@ -6,7 +6,7 @@ import pytest
 from channels.layers import get_channel_layer
 
 from goaai.runtime import rt
-from runs_app.events import publisher
+from sessions_app.publisher import publisher
 
 
 @pytest.fixture

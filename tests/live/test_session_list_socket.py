@@ -16,8 +16,9 @@ from channels.testing import WebsocketCommunicator
 
 from goaai.asgi import application
 from goaai.runtime import rt
-from runs_app.events import user_group
-from sessions_app.services import api_token_create, session_delete, session_end, session_update
+from runs_app.sessions import session_end
+from sessions_app.publisher import user_group
+from sessions_app.services import api_token_create, session_delete, session_update
 
 TIMEOUT = 5
 PATH = "/ws/sessions/"

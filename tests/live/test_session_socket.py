@@ -26,10 +26,9 @@ from django.test import Client
 from goaai.asgi import application
 from goaai.runtime import rt
 from goaai.runtime.models import scripted
-from runs_app import events as runs_events
-from runs_app.events import event_as_dict, session_group
-from runs_app.models import RunEvent
-from sessions_app.models import ApiToken
+from sessions_app import eventlog
+from sessions_app.models import ApiToken, RunEvent
+from sessions_app.publisher import session_group
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
 TIMEOUT = 5
@@ -119,7 +118,7 @@ def url(session_id: UUID | str, query: str = "") -> str:
 def stored(session_id: UUID, after: int = 0) -> list[dict[str, Any]]:
     """The session's log after ``after``, as the socket shows it (JSON and back)."""
     rows = RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")
-    return [json.loads(json.dumps(event_as_dict(row))) for row in rows]
+    return [json.loads(json.dumps(row.as_dict())) for row in rows]
 
 
 @database_sync_to_async
@@ -347,7 +346,7 @@ async def test_a_live_event_after_a_gap_is_sent_after_the_missing_ones_from_the_
     socket = await open_socket(url(session), auth)
     _, last = await backlog(socket)
     # Three changes whose live messages are lost (as a full channel would lose them).
-    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    monkeypatch.setattr(eventlog, "publish_events", lambda events, owner_id=None: None)
     for title in ("one", "two", "three"):
         await database_sync_to_async(session_update)(session_id=session, title=title)
     missed = await stored(session, last)
@@ -368,7 +367,7 @@ async def test_events_out_of_order_in_one_message_are_sent_in_order(
 ):
     socket = await open_socket(url(session), auth)
     _, last = await backlog(socket)
-    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    monkeypatch.setattr(eventlog, "publish_events", lambda events, owner_id=None: None)
     for title in ("one", "two", "three"):
         await database_sync_to_async(session_update)(session_id=session, title=title)
     written = await stored(session, last)
@@ -603,7 +602,7 @@ async def test_a_ping_brings_the_events_the_layer_dropped_at_the_end_of_a_run(
     # no later event shows the gap, so the client's idle ping must bring them.
     socket = await open_socket(url(session), auth)
     _, last = await backlog(socket)
-    monkeypatch.setattr(runs_events, "publish_events", lambda events, owner_id=None: None)
+    monkeypatch.setattr(eventlog, "publish_events", lambda events, owner_id=None: None)
     run_id = await start(session)
     await database_sync_to_async(rt.wait)(run_id, 30)
     await socket.send_json_to({"type": "ping"})

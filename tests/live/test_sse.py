@@ -23,8 +23,8 @@ from django.test import Client
 
 from goaai.asgi import application
 from goaai.runtime import rt
-from runs_app.events import event_as_dict, session_group, user_group
-from runs_app.models import RunEvent
+from sessions_app.models import RunEvent
+from sessions_app.publisher import session_group, user_group
 from sessions_app.services import api_token_create, session_delete, session_update
 
 TIMEOUT = 5
@@ -178,7 +178,7 @@ LIST_PATH = "/api/v1/sessions/stream/"
 @database_sync_to_async
 def stored(session_id: UUID, after: int = 0) -> list[dict[str, Any]]:
     rows = RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")
-    return [json.loads(json.dumps(event_as_dict(row))) for row in rows]
+    return [json.loads(json.dumps(row.as_dict())) for row in rows]
 
 
 def is_frame(event: str, count: int = 1) -> Callable[[dict[str, Any]], bool]:
@@ -270,7 +270,7 @@ async def test_a_live_event_after_a_gap_is_sent_after_the_missing_ones(
     stream, _, _ = await request_stream(events_path(session), "after=15", auth)
     await stream.frames_until(is_frame("caught_up"))
     # Two changes whose live messages are lost; then a duplicate and the last one.
-    monkeypatch.setattr("runs_app.events.publish_events", lambda events, owner_id=None: None)
+    monkeypatch.setattr("sessions_app.eventlog.publish_events", lambda events, owner_id=None: None)
     for title in ("one", "two"):
         await database_sync_to_async(session_update)(session_id=session, title=title)
     missed = await stored(session, 15)

@@ -4,9 +4,7 @@ every scope: the hot path builds it from fewer columns than the entry has."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
-import uuid
 
 import pytest
 from django.utils import timezone
@@ -60,24 +58,3 @@ def test_an_entry_expiring_within_the_current_second_is_still_read(owner):
     assert selectors.memory_resolve_record(key=KEY, session_id=session.id) is not None
     time.sleep(max(0.0, (soon - timezone.now()).total_seconds()) + 0.01)
     assert selectors.memory_resolve_record(key=KEY, session_id=session.id) is None
-
-
-def test_now_as_sqlite_text_is_django_s_format_with_microseconds():
-    before = timezone.now().replace(tzinfo=None)
-    text = selectors._sqlite_now()
-    after = timezone.now().replace(tzinfo=None)
-
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", text)
-    assert before.isoformat(sep=" ") <= text <= after.isoformat(sep=" ") + "0"
-
-
-def test_a_uuid_read_from_hex_is_a_uuid_like_any_other():
-    value = uuid.uuid4()
-
-    read = selectors._uuid_of_hex(value.hex)
-
-    assert type(read) is uuid.UUID
-    assert read == value
-    assert hash(read) == hash(value)
-    assert str(read) == str(value)
-    assert read.is_safe == uuid.UUID(hex=value.hex).is_safe

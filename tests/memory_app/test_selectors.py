@@ -12,7 +12,7 @@ from django.utils import timezone
 from goaai.runtime.errors import InvalidMemoryScope, NotFound
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services
-from memory_app.selectors import memory_get, memory_resolve, memory_visible_to_session
+from memory_app.selectors import memory_context, memory_get, memory_resolve
 from tests.factories import MemoryEntryFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -155,7 +155,7 @@ def test_memory_get_checks_the_scope_and_owner(kwargs):
         memory_get(key=KEY, **kwargs)
 
 
-def test_visible_memory_lists_every_readable_entry_most_specific_first(session, owner, noise):
+def test_a_run_starts_with_the_value_it_would_read_for_each_live_key(session, owner, noise):
     _store(MemoryScope.GLOBAL, "global")
     _store(MemoryScope.SESSION, "session", session_id=session.id)
     MemoryEntryFactory(key="motto", value="brief", agent_scoped=True, agent="assistant")
@@ -166,13 +166,11 @@ def test_visible_memory_lists_every_readable_entry_most_specific_first(session, 
         expires_at=timezone.now() - dt.timedelta(seconds=1),
     )
 
-    rows = [(e.key, e.scope, e.value) for e in memory_visible_to_session(session_id=session.id)]
+    facts = memory_context(session_id=session.id)
 
-    assert rows == [
-        (KEY, "session", "session"),
-        (KEY, "global", "global"),
-        ("motto", "agent", "brief"),
-    ]
+    # The session's value hides the global one of the same key; expired entries and
+    # other sessions' or agents' entries are not shown.
+    assert facts == [("session", KEY, "session"), ("agent", "motto", "brief")]
 
 
 def test_resolving_for_a_deleted_session_is_not_found(session, owner):

@@ -12,8 +12,8 @@ from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
 from goaai.runtime.vocabulary import EventType, MemoryScope, RunStatus
 from memory_app import services
 from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
-from runs_app.models import RunEvent
-from sessions_app.models import Session
+from runs_app.store import OrmRunStore
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
@@ -328,16 +328,18 @@ def test_the_memory_deleted_event_names_the_deleted_entry(session):
 
 
 def test_a_change_made_by_a_run_goes_to_the_runs_session_log(session, owner, tool_call):
-    entry = services.memory_store(
+    """The runtime's store knows the run's session; the service records there."""
+    store = OrmRunStore()
+    entry = store.store_memory(
         key="name",
         value="Ada",
         scope=MemoryScope.USER,
         user_id=owner.pk,
-        written_by_run_id=tool_call.run_id,
-        written_by_tool_call_id=tool_call.id,
+        written_by_run=tool_call.run_id,
+        written_by_tool_call=tool_call.id,
     )
-    services.memory_delete(
-        key="name", scope=MemoryScope.USER, user_id=owner.pk, written_by_run_id=tool_call.run_id
+    store.delete_memory(
+        key="name", scope=MemoryScope.USER, user_id=owner.pk, written_by_run=tool_call.run_id
     )
 
     log = _log(session)
@@ -351,7 +353,7 @@ def test_a_change_made_by_a_run_goes_to_the_runs_session_log(session, owner, too
         "run_id": str(tool_call.run_id),
         "tool_call_id": str(tool_call.id),
     }
-    assert (log[0][2]["entry"], log[0][2]["scope"]) == (str(entry.pk), "user")
+    assert (log[0][2]["entry"], log[0][2]["scope"]) == (str(entry.id), "user")
 
 
 def test_changes_made_outside_any_session_record_no_event(session, owner):

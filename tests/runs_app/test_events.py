@@ -13,10 +13,10 @@ from django.db import connection, transaction
 from goaai.runtime.errors import NotFound
 from goaai.runtime.vocabulary import EventType
 from runs_app import services
-from runs_app.events import event_as_dict
-from runs_app.models import Run, RunEvent
-from runs_app.selectors import events_after
-from sessions_app.models import Session
+from runs_app.models import Run
+from sessions_app import eventlog
+from sessions_app.eventlog import events_after
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory
 
 
@@ -27,7 +27,7 @@ def _seqs(session: Session) -> list[int]:
 
 
 def _append(session: Session, n: int = 0) -> RunEvent:
-    return services.event_append(
+    return eventlog.event_append(
         session_id=session.id, type=EventType.POLICY_DECISION, data={"n": n}
     )
 
@@ -66,7 +66,7 @@ def test_each_session_has_its_own_numbering():
 def test_an_appended_event_keeps_its_type_data_and_run():
     run = RunFactory()
 
-    event = services.event_append(
+    event = eventlog.event_append(
         session_id=run.session_id, type=EventType.USAGE, data={"total_tokens": 7}, run_id=run.id
     )
 
@@ -77,7 +77,7 @@ def test_an_appended_event_keeps_its_type_data_and_run():
         EventType.USAGE,
         {"total_tokens": 7},
     )
-    assert event_as_dict(stored) == {
+    assert stored.as_dict() == {
         "seq": 1,
         "type": "usage",
         "run": str(run.id),
@@ -89,7 +89,7 @@ def test_an_appended_event_keeps_its_type_data_and_run():
 @pytest.mark.django_db
 def test_appending_to_an_unknown_session_is_not_found():
     with pytest.raises(NotFound):
-        services.event_append(session_id=uuid.uuid4(), type=EventType.USAGE, data={})
+        eventlog.event_append(session_id=uuid.uuid4(), type=EventType.USAGE, data={})
     assert not RunEvent.objects.exists()
 
 
@@ -201,7 +201,7 @@ def test_concurrent_runs_in_one_session_do_not_deadlock_and_number_contiguously(
     def work(i: int) -> None:
         for n in range(runs_per_thread):
             run = services.run_create(session_id=session.id, agent="assistant", input=f"{i}/{n}")
-            services.run_start(run_id=run.id)
+            services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
             _append(other, i)
             services.run_complete(run_id=run.id, output=f"done {i}/{n}")
 

@@ -15,8 +15,8 @@ from django.utils import timezone
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import RUN_END_EVENTS, EventType, RunStatus, ToolCallStatus
 from memory_app.models import MemoryEntry, MemoryRevision
-from runs_app.models import Run, RunEvent, ToolCall, Turn
-from sessions_app.models import Session, SessionStatus
+from runs_app.models import Run, ToolCall, Turn
+from sessions_app.models import RunEvent, Session, SessionStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -177,7 +177,7 @@ def test_without_events_the_logs_are_left_empty():
         "/admin/runs_app/toolcall/",
         "/admin/runs_app/toolcall/?name=calculator",
         "/admin/runs_app/turn/",
-        "/admin/runs_app/runevent/",
+        "/admin/sessions_app/runevent/",
         "/admin/sessions_app/session/",
         "/admin/memory_app/memoryentry/",
         "/admin/memory_app/memoryrevision/",

@@ -8,7 +8,8 @@ import pytest
 from goaai.runtime.errors import IllegalTransition
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
 from runs_app import services
-from runs_app.models import RunEvent, ToolCall
+from runs_app.models import ToolCall
+from sessions_app.models import RunEvent
 from tests.factories import RunFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db

@@ -25,8 +25,8 @@ from goaai.runtime.vocabulary import (
     ToolCallStatus,
 )
 from runs_app import services
-from runs_app.models import Run, RunEvent, ToolCall
-from sessions_app.models import Session
+from runs_app.models import Run, ToolCall
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, ToolCallFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
@@ -49,25 +49,9 @@ def _from_table(target: RunStatus) -> frozenset[RunStatus]:
 
 
 MOVES = [
-    # The table allows pending -> running and awaiting_input -> running; starting
-    # and resuming are two different moves, each from one of those statuses.
-    # "Starting" a waiting run would restart its clock and announce a start that did
-    # not happen; "resuming" a pending run would leave it running with no start time
-    # and no loop to execute it (the loop only begins pending runs).
-    Move(
-        "run_start",
-        RunStatus.RUNNING,
-        frozenset({RunStatus.PENDING}),
-        EventType.RUN_STARTED,
-        lambda run_id: services.run_start(run_id=run_id),
-    ),
-    Move(
-        "run_resume",
-        RunStatus.RUNNING,
-        frozenset({RunStatus.AWAITING_INPUT}),
-        EventType.RUN_RESUMED,
-        lambda run_id: services.run_resume(run_id=run_id),
-    ),
+    # The two moves to running are not here: a pending run starts when a worker
+    # claims it, a waiting run resumes when its answer arrives (run_claim and
+    # run_respond, tested below, each only from its one status).
     Move(
         "run_await_input",
         RunStatus.AWAITING_INPUT,
@@ -139,6 +123,10 @@ def _events(run: Run) -> list[RunEvent]:
 def test_the_services_cover_exactly_the_transition_table():
     """Every move the table allows has a service, and no service allows more."""
     allowed_by_services = {(source, move.target) for move in MOVES for source in move.sources}
+    allowed_by_services |= {
+        (RunStatus.PENDING, RunStatus.RUNNING),  # run_claim
+        (RunStatus.AWAITING_INPUT, RunStatus.RUNNING),  # run_respond
+    }
     allowed_by_table = {
         (source, target) for source, targets in RUN_TRANSITIONS.items() for target in targets
     }
@@ -165,16 +153,7 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
     assert Session.objects.get(pk=run.session_id).last_event_seq == 1
     data = events[0].data
 
-    if move.name == "run_start":
-        assert before["started_at"] is None
-        assert run.started_at is not None
-        assert data == {"agent": "assistant"}
-    elif move.name == "run_resume":
-        assert run.started_at == before["started_at"]
-        assert set(data) == {"waited_seconds"}
-        assert data["waited_seconds"] >= 0
-        assert (run.awaiting, run.awaiting_since) == (None, None)
-    elif move.name == "run_await_input":
+    if move.name == "run_await_input":
         assert run.ended_at is None
         assert data == {"kind": "approval", "tool_call": "call-7"}
         assert run.awaiting == {"kind": "approval", "tool_call": "call-7"}
@@ -233,16 +212,21 @@ def test_transition_of_an_unknown_run_is_not_found(move):
 def test_events_of_successive_transitions_are_numbered_in_order():
     run = _run_in(RunStatus.PENDING)
 
-    services.run_start(run_id=run.id)
-    services.run_await_input(run_id=run.id, kind="question", data={"question": "Which city?"})
-    services.run_resume(run_id=run.id)
+    services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
+    question = ToolCallFactory(run=run, turn__run=run, status=ToolCallStatus.SCHEDULED)
+    services.run_await_input(
+        run_id=run.id, kind="question", data={"tool_call": str(question.pk), "question": "City?"}
+    )
+    services.run_respond(run_id=run.id, answer="Rome")
     services.run_complete(run_id=run.id, output="Rome.")
 
     assert [(e.seq, e.type) for e in _events(run)] == [
         (1, EventType.RUN_STARTED),
         (2, EventType.RUN_AWAITING_INPUT),
-        (3, EventType.RUN_RESUMED),
-        (4, EventType.RUN_COMPLETED),
+        (3, EventType.TOOL_CALL_DECIDED),
+        (4, EventType.TOOL_CALL_SUCCEEDED),
+        (5, EventType.RUN_RESUMED),
+        (6, EventType.RUN_COMPLETED),
     ]
 
 
@@ -333,18 +317,18 @@ def test_request_cancel_of_an_unknown_run_is_not_found():
 
 def test_resuming_counts_the_time_spent_waiting_as_paused():
     since = timezone.now() - dt.timedelta(seconds=30)
-    run = _run_in(
-        RunStatus.AWAITING_INPUT,
-        awaiting={"kind": "question", "tool_call": "x"},
-        awaiting_since=since,
-        paused_seconds=5,
+    run = _run_in(RunStatus.AWAITING_INPUT, awaiting_since=since, paused_seconds=5)
+    question = ToolCallFactory(run=run, turn__run=run, status=ToolCallStatus.SCHEDULED)
+    Run.objects.filter(pk=run.pk).update(
+        awaiting={"kind": "question", "tool_call": str(question.pk)}
     )
 
-    services.run_resume(run_id=run.id)
+    services.run_respond(run_id=run.id, answer="Rome")
 
     run.refresh_from_db()
     assert 35 <= run.paused_seconds < 35 + 60
-    assert _events(run)[0].data["waited_seconds"] >= 30
+    resumed = [e for e in _events(run) if e.type == EventType.RUN_RESUMED]
+    assert resumed[0].data["waited_seconds"] >= 30
 
 
 # Claiming a run for execution

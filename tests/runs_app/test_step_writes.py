@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition
 from runs_app import services
-from runs_app.events import recording
-from runs_app.models import Run, RunEvent, ToolCall
-from sessions_app.models import Session
+from runs_app.models import Run, ToolCall
+from sessions_app.eventlog import event_append, recording
+from sessions_app.models import RunEvent, Session
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,7 +66,7 @@ def test_a_failed_step_rolls_back_and_leaves_the_connection_usable():
     before = Session.objects.get(pk=session.id).last_event_seq
 
     def a_step_that_fails_half_way():
-        with recording(session.id, expect=3, fast=True) as batch:
+        with recording(session.id, expect=3) as batch:
             batch.add("policy.decision", {})
             raise Boom
 
@@ -77,7 +77,7 @@ def test_a_failed_step_rolls_back_and_leaves_the_connection_usable():
     assert not connection.in_atomic_block
     assert connection.get_autocommit()
     with transaction.atomic():
-        services.event_append(session_id=session.id, type="policy.decision", data={})
+        event_append(session_id=session.id, type="policy.decision", data={})
     services.run_create(session_id=session.id, agent="assistant", input="x")
     seqs = _seqs(session)
     assert seqs == list(range(1, len(seqs) + 1))

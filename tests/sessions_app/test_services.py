@@ -11,10 +11,11 @@ from django.utils import timezone
 from goaai.runtime.errors import NotFound, SessionEnded
 from goaai.runtime.vocabulary import EventType, RunStatus
 from runs_app import services as run_services
-from runs_app.models import Run, RunEvent
+from runs_app import sessions as run_sessions
+from runs_app.models import Run
 from runs_app.store import OrmRunStore
 from sessions_app import services
-from sessions_app.models import Session, SessionStatus
+from sessions_app.models import RunEvent, Session, SessionStatus
 from tests.factories import RunFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -129,7 +130,7 @@ def test_session_end_ends_the_session_and_stops_its_runs(owner):
     finished = RunFactory(session=session, status=RunStatus.COMPLETED, output="done")
     elsewhere = RunFactory(session=SessionFactory(owner=owner), status=RunStatus.PENDING)
 
-    ended = services.session_end(session_id=session.id)
+    ended = run_sessions.session_end(session_id=session.id)
 
     assert ended.status == SessionStatus.ENDED
     assert ended.ended_at is not None
@@ -158,10 +159,10 @@ def test_session_end_ends_the_session_and_stops_its_runs(owner):
 
 def test_ending_an_ended_session_changes_nothing(owner):
     session = SessionFactory(owner=owner)
-    first = services.session_end(session_id=session.id)
+    first = run_sessions.session_end(session_id=session.id)
     events = _events(session)
 
-    second = services.session_end(session_id=session.id)
+    second = run_sessions.session_end(session_id=session.id)
 
     assert second.status == SessionStatus.ENDED
     assert second.ended_at == first.ended_at
@@ -170,12 +171,12 @@ def test_ending_an_ended_session_changes_nothing(owner):
 
 def test_ending_an_unknown_session_is_not_found():
     with pytest.raises(NotFound):
-        services.session_end(session_id=uuid.uuid4())
+        run_sessions.session_end(session_id=uuid.uuid4())
 
 
 def test_an_ended_session_accepts_no_new_run(owner):
     session = SessionFactory(owner=owner)
-    services.session_end(session_id=session.id)
+    run_sessions.session_end(session_id=session.id)
     session.refresh_from_db()
     seq = session.last_event_seq
 

@@ -43,7 +43,7 @@ def test_owner_sees_the_chat_with_what_the_script_needs(alice_client: Client, ow
     assert data["open_runs"] == []
     html = response.content.decode()
     assert "<title>Plans · goaai</title>" in html
-    assert '<script type="module" src="/static/sessions_app/chat.js"></script>' in html
+    assert '<script type="module" src="/static/sessions_app/js/chat.js"></script>' in html
 
 
 def test_another_users_chat_is_not_found(bob_client: Client, owner) -> None:
@@ -145,7 +145,7 @@ def test_titles_are_escaped(alice_client: Client, owner) -> None:
 
 
 def test_static_files_are_served(alice_client: Client) -> None:
-    for name in ("app.css", "chat.js", "sessions.js"):
+    for name in ("app.css", "js/chat.js", "js/sessions.js"):
         response = alice_client.get(f"/static/sessions_app/{name}")
         assert response.status_code == 200, name
 

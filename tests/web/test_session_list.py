@@ -9,8 +9,8 @@ from django.test import Client
 from django.utils import timezone
 
 from goaai.runtime.vocabulary import RunStatus
+from runs_app.views import PAGE_SIZE
 from sessions_app.models import Session
-from sessions_app.views import PAGE_SIZE
 from tests.factories import RunFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +108,6 @@ def test_query_count_does_not_grow_with_sessions(
 
 def test_list_page_loads_its_script_and_data(alice_client: Client) -> None:
     html = alice_client.get("/").content.decode()
-    assert '<script type="module" src="/static/sessions_app/sessions.js"></script>' in html
+    assert '<script type="module" src="/static/sessions_app/js/sessions.js"></script>' in html
     assert '<script id="list-data" type="application/json">' in html
     assert 'role="search"' in html

@@ -9,7 +9,7 @@ tokens. System messages travel in the ``system`` parameter, tool results as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,53 +44,64 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[Messag
     """
     system: list[str] = []
     turns: list[tuple[str, list[ContentBlockParam]]] = []
-
-    def add(role: str, blocks: list[ContentBlockParam]) -> None:
-        if not blocks:
-            return
-        if turns and turns[-1][0] == role:
-            turns[-1][1].extend(blocks)
-        else:
-            turns.append((role, blocks))
-
     for message in messages:
         if message.role == "system":
             if message.content:
                 system.append(message.content)
-        elif message.role == "user":
-            add("user", [{"type": "text", "text": message.content}] if message.content else [])
-        elif message.role == "assistant":
-            blocks: list[ContentBlockParam] = []
-            if message.content:
-                blocks.append({"type": "text", "text": message.content})
-            blocks.extend(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-                for call in message.tool_calls
-            )
-            add("assistant", blocks)
-        elif message.role == "tool":
-            add(
-                "user",
-                [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": message.tool_call_id,
-                        "content": message.content,
-                    }
-                ],
-            )
-        else:
+            continue
+        if message.role not in _BLOCKS:
             raise ModelError(
                 ErrorKind.INTERNAL, f"Cannot send a message with role {message.role!r} to a model."
             )
-
-    converted: list[MessageParam] = []
-    for role, blocks in turns:
-        if role == "user":
-            converted.append({"role": "user", "content": blocks})
+        role, blocks_of = _BLOCKS[message.role]
+        blocks = blocks_of(message)
+        if not blocks:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
         else:
-            converted.append({"role": "assistant", "content": blocks})
-    return "\n\n".join(system), converted
+            turns.append((role, blocks))
+    return "\n\n".join(system), [_message_param(role, blocks) for role, blocks in turns]
+
+
+def _user_blocks(message: Message) -> list[ContentBlockParam]:
+    return [{"type": "text", "text": message.content}] if message.content else []
+
+
+def _assistant_blocks(message: Message) -> list[ContentBlockParam]:
+    blocks: list[ContentBlockParam] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_result_blocks(message: Message) -> list[ContentBlockParam]:
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+    ]
+
+
+# The API's role for each of goaai's (a tool's result is the user's to send), and the
+# blocks a message of that role becomes.
+_BLOCKS: dict[str, tuple[str, Callable[[Message], list[ContentBlockParam]]]] = {
+    "user": ("user", _user_blocks),
+    "assistant": ("assistant", _assistant_blocks),
+    "tool": ("user", _tool_result_blocks),
+}
+
+
+def _message_param(role: str, blocks: list[ContentBlockParam]) -> MessageParam:
+    if role == "user":
+        return {"role": "user", "content": blocks}
+    return {"role": "assistant", "content": blocks}
 
 
 def to_anthropic_tools(tools: Iterable[ToolSpec]) -> list[ToolParam]:

@@ -42,6 +42,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,15 +123,31 @@ def understand(text: str) -> Intent:
             possessive=inner.possessive,
             sloppy=bool(inner.tool),
         )
-    lowered = message.lower()
+    for rule in _RULES:
+        intent = rule(message)
+        if intent is not None:
+            return intent
+    return Intent(reply=HELP_TEXT)
 
-    if re.match(r"^(?:please\s+)?tell me a (?:long )?story\b", lowered):
+
+# The rules, each given the message (spaces collapsed, no trailing punctuation); the
+# first that answers wins.
+
+
+def _story(message: str) -> Intent | None:
+    if re.match(r"^(?:please\s+)?tell me a (?:long )?story\b", message.lower()):
         return Intent(reply=STORY, pace=STORY_PACE)
+    return None
 
+
+def _ask_assistant(message: str) -> Intent | None:
     match = re.match(r"^ask (?:the )?assistant(?: to)?[:,]?\s+(.+)$", message, re.I)
     if match:
         return Intent(tool="ask_assistant", arguments={"prompt": match.group(1)})
+    return None
 
+
+def _ask_user(message: str) -> Intent | None:
     match = re.match(r"^ask me (?:for |about )?(my |the )?(.+)$", message, re.I)
     if match:
         thing = match.group(2).strip()
@@ -139,58 +156,96 @@ def understand(text: str) -> Intent:
             arguments={"question": f"What is your {thing}?"},
             possessive=True,
         )
+    return None
 
-    if re.match(r"^forget (?:everything|all)\b", lowered):
+
+def _forget_all(message: str) -> Intent | None:
+    if re.match(r"^forget (?:everything|all)\b", message.lower()):
         return Intent(tool="memory_forget_all", arguments={})
+    return None
 
+
+def _remember(message: str) -> Intent | None:
     match = re.match(r"^(?:please\s+)?(always\s+)?remember(?:\s+that)?\s+(.+)$", message, re.I)
-    if match:
-        scope = "user" if match.group(1) else "session"
-        parts = re.split(r"\s+(?:is|are)\s+|\s*[:=]\s*", match.group(2), maxsplit=1)
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            return Intent(
-                reply='Tell me what to remember as "remember <something> is <value>", '
-                'for example "remember my favourite colour is green".'
-            )
-        key, possessive = _strip_owner(parts[0])
+    if not match:
+        return None
+    scope = "user" if match.group(1) else "session"
+    parts = re.split(r"\s+(?:is|are)\s+|\s*[:=]\s*", match.group(2), maxsplit=1)
+    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
         return Intent(
-            tool="memory_store",
-            arguments={"key": key, "value": parts[1].strip(), "scope": scope},
-            possessive=possessive,
+            reply='Tell me what to remember as "remember <something> is <value>", '
+            'for example "remember my favourite colour is green".'
         )
+    key, possessive = _strip_owner(parts[0])
+    return Intent(
+        tool="memory_store",
+        arguments={"key": key, "value": parts[1].strip(), "scope": scope},
+        possessive=possessive,
+    )
 
+
+def _forget(message: str) -> Intent | None:
     match = re.match(r"^forget\s+(.+)$", message, re.I)
     if match:
         key, possessive = _strip_owner(match.group(1))
         return Intent(tool="memory_forget", arguments={"key": key}, possessive=possessive)
+    return None
 
+
+def _calculate(message: str) -> Intent | None:
     match = re.match(r"^(?:calculate|compute|what(?:'s| is))\s+(.+)$", message, re.I)
     if match and _is_arithmetic(match.group(1)):
         return Intent(tool="calculator", arguments={"expression": match.group(1).strip()})
     if _is_arithmetic(message):
         return Intent(tool="calculator", arguments={"expression": message})
+    return None
 
+
+def _clock(message: str) -> Intent | None:
+    lowered = message.lower()
     if re.search(
         r"\b(what time|what day|what's the date|what is the date|current time)\b", lowered
     ) or re.match(r"^(time|date|now)\b", lowered):
         zone = _TIME_ZONE.search(message)
         return Intent(tool="clock_now", arguments={"timezone": zone.group(1) if zone else "UTC"})
+    return None
 
+
+def _echo(message: str) -> Intent | None:
     match = re.match(r"^(?:echo|say|repeat)[:\s]\s*(.+)$", message, re.I | re.S)
     if match:
         return Intent(tool="echo", arguments={"text": match.group(1)})
+    return None
 
+
+def _recall(message: str) -> Intent | None:
     match = re.match(
         r"^(?:what(?:'s| is| are| was)|whats|recall|do you (?:remember|know)|tell me)\s+(.+)$",
         message,
         re.I,
     )
-    if match:
-        key, possessive = _strip_owner(match.group(1))
-        if key:
-            return Intent(tool="memory_recall", arguments={"key": key}, possessive=possessive)
+    if not match:
+        return None
+    key, possessive = _strip_owner(match.group(1))
+    if key:
+        return Intent(tool="memory_recall", arguments={"key": key}, possessive=possessive)
+    return None
 
-    return Intent(reply=HELP_TEXT)
+
+# In the order of the table in this module's docstring (a story before a question,
+# "forget everything" before "forget <key>", arithmetic before a recall).
+_RULES: tuple[Callable[[str], Intent | None], ...] = (
+    _story,
+    _ask_assistant,
+    _ask_user,
+    _forget_all,
+    _remember,
+    _forget,
+    _calculate,
+    _clock,
+    _echo,
+    _recall,
+)
 
 
 def _subject(key: str, possessive: bool) -> str:
@@ -212,39 +267,73 @@ def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
         error = outcome.get("error") or {}
         return f"I couldn't do that: {error.get('message', 'the tool failed')}"
     result = outcome.get("result") or {}
-    key = str(result.get("key", ""))
-    if tool_name == "memory_store":
-        where = "in every conversation" if result.get("scope") == "user" else "in this conversation"
-        subject = _subject(key, intent.possessive)
-        return f"Got it. I'll remember {where} that {subject} is {result.get('value')}."
-    if tool_name == "memory_recall":
-        if not result.get("found"):
-            return (
-                f"I don't know {_subject(key, intent.possessive)} yet. Tell me with "
-                f'"remember {"my " if intent.possessive else ""}{key} is ...".'
-            )
-        subject = _subject(key, intent.possessive)
-        return f"{subject[0].upper()}{subject[1:]} is {result.get('value')}."
-    if tool_name == "memory_forget":
-        return f"Done. I've forgotten {_subject(key, intent.possessive)}."
-    if tool_name == "calculator":
-        return f"{result.get('expression')} = {result.get('value')}"
-    if tool_name == "clock_now":
-        return _clock_sentence(result)
-    if tool_name == "echo":
-        return str(result.get("text", ""))
-    if tool_name == "ask_user":
-        question = str((intent.arguments or {}).get("question", ""))
-        thing = question.removeprefix("What is your ").rstrip("?")
-        return f"Thanks! Your {thing} is {result.get('answer')}."
-    if tool_name == "memory_forget_all":
-        forgotten = result.get("forgotten") or []
-        if not forgotten:
-            return "There was nothing to forget in this conversation."
-        return "Done. I've forgotten everything in this conversation: " + ", ".join(forgotten) + "."
+    sentence = _SENTENCES.get(tool_name)
+    if sentence is not None:
+        return sentence(intent, result)
     if tool_name.startswith("ask_"):
         return f"The {result.get('agent', tool_name[4:])} agent says: {result.get('answer')}"
     return f"{tool_name} answered: {result}"
+
+
+# What each tool's result becomes, given the intent that called it.
+
+
+def _stored(intent: Intent, result: dict[str, Any]) -> str:
+    where = "in every conversation" if result.get("scope") == "user" else "in this conversation"
+    subject = _subject(str(result.get("key", "")), intent.possessive)
+    return f"Got it. I'll remember {where} that {subject} is {result.get('value')}."
+
+
+def _recalled(intent: Intent, result: dict[str, Any]) -> str:
+    key = str(result.get("key", ""))
+    if not result.get("found"):
+        return (
+            f"I don't know {_subject(key, intent.possessive)} yet. Tell me with "
+            f'"remember {"my " if intent.possessive else ""}{key} is ...".'
+        )
+    subject = _subject(key, intent.possessive)
+    return f"{subject[0].upper()}{subject[1:]} is {result.get('value')}."
+
+
+def _forgotten(intent: Intent, result: dict[str, Any]) -> str:
+    return f"Done. I've forgotten {_subject(str(result.get('key', '')), intent.possessive)}."
+
+
+def _calculated(intent: Intent, result: dict[str, Any]) -> str:
+    return f"{result.get('expression')} = {result.get('value')}"
+
+
+def _told_time(intent: Intent, result: dict[str, Any]) -> str:
+    return _clock_sentence(result)
+
+
+def _echoed(intent: Intent, result: dict[str, Any]) -> str:
+    return str(result.get("text", ""))
+
+
+def _answered(intent: Intent, result: dict[str, Any]) -> str:
+    question = str((intent.arguments or {}).get("question", ""))
+    thing = question.removeprefix("What is your ").rstrip("?")
+    return f"Thanks! Your {thing} is {result.get('answer')}."
+
+
+def _forgot_all(intent: Intent, result: dict[str, Any]) -> str:
+    forgotten = result.get("forgotten") or []
+    if not forgotten:
+        return "There was nothing to forget in this conversation."
+    return "Done. I've forgotten everything in this conversation: " + ", ".join(forgotten) + "."
+
+
+_SENTENCES: dict[str, Callable[[Intent, dict[str, Any]], str]] = {
+    "memory_store": _stored,
+    "memory_recall": _recalled,
+    "memory_forget": _forgotten,
+    "calculator": _calculated,
+    "clock_now": _told_time,
+    "echo": _echoed,
+    "ask_user": _answered,
+    "memory_forget_all": _forgot_all,
+}
 
 
 def _is_invalid_call(message: Message) -> bool:

@@ -15,9 +15,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from goaai.runtime import GoaaiError, rt
 from goaai.runtime.vocabulary import EventType, RunStatus
-from runs_app.models import RunEvent, ToolCall
-from runs_app.selectors import events_after
-from sessions_app.models import Session
+from runs_app.models import Run, ToolCall
+from sessions_app.eventlog import events_after
+from sessions_app.models import RunEvent, Session
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +139,6 @@ class Command(BaseCommand):
             out.write(self.style.WARNING(f"run canceled: {data.get('reason')}"))
 
     def _answer(self, run_id: UUID) -> None:
-        from runs_app.models import Run
-
         awaiting = Run.objects.get(pk=run_id).awaiting or {}
         try:
             if awaiting.get("kind") == "question":

@@ -17,7 +17,7 @@
   }
 
   function flash(button, text) {
-    var before = button.dataset.label || button.textContent;
+    const before = button.dataset.label || button.textContent;
     button.dataset.label = before;
     button.textContent = text;
     window.setTimeout(function () { button.textContent = before; }, 1500);
@@ -28,24 +28,24 @@
       return navigator.clipboard.writeText(text);
     }
     // Plain HTTP: the clipboard API is unavailable, the old way still works.
-    var area = document.createElement("textarea");
+    const area = document.createElement("textarea");
     area.value = text;
     area.setAttribute("readonly", "");
     area.style.position = "fixed";
     area.style.opacity = "0";
     document.body.appendChild(area);
     area.select();
-    var ok = document.execCommand("copy");
+    const ok = document.execCommand("copy");
     document.body.removeChild(area);
     return ok ? Promise.resolve() : Promise.reject(new Error("copy refused"));
   }
 
   function copy(button) {
-    var text;
+    let text;
     if (button.dataset.copyUrl) {
       text = fetchJSON(button.dataset.copyUrl).then(pretty);
     } else if (button.dataset.copyTarget) {
-      var target = document.getElementById(button.dataset.copyTarget);
+      const target = document.getElementById(button.dataset.copyTarget);
       text = Promise.resolve(target ? target.textContent : "");
     } else {
       text = Promise.resolve(button.dataset.copy || "");
@@ -56,7 +56,7 @@
   }
 
   function element(tag, className, text) {
-    var node = document.createElement(tag);
+    const node = document.createElement(tag);
     if (className) { node.className = className; }
     if (text !== undefined) { node.textContent = text; }
     return node;
@@ -70,13 +70,13 @@
     }
     container.appendChild(element("h5", "", "Messages sent to the model (" + messages.length + ")"));
     messages.forEach(function (message, index) {
-      var role = (message && message.role) || "?";
-      var content = message && typeof message.content === "string" ? message.content : pretty(message);
-      var extra = [];
+      const role = (message && message.role) || "?";
+      const content = message && typeof message.content === "string" ? message.content : pretty(message);
+      const extra = [];
       if (message && message.name) { extra.push("name " + message.name); }
       if (message && message.tool_call_id) { extra.push("answers " + message.tool_call_id); }
-      var box;
-      var head;
+      let box;
+      let head;
       if (role === "system") {
         // The system prompt is long and the same in every turn: folded by default.
         box = element("details", "tl-message tl-message-system");
@@ -86,9 +86,9 @@
         head = element("div", "tl-message-role", role + (extra.length ? " · " + extra.join(" · ") : ""));
       }
       box.appendChild(head);
-      var pre = element("pre", "tl-pre", content);
+      const pre = element("pre", "tl-pre", content);
       pre.id = container.id + "-m" + index;
-      var copyButton = element("button", "tl-copy", "Copy");
+      const copyButton = element("button", "tl-copy", "Copy");
       copyButton.type = "button";
       copyButton.dataset.copyTarget = pre.id;
       box.appendChild(copyButton);
@@ -101,7 +101,7 @@
     });
   }
 
-  var lazyCount = 0;
+  let lazyCount = 0;
 
   function loadLazy(scope) {
     scope.querySelectorAll("[data-lazy-url]").forEach(function (container) {
@@ -123,7 +123,7 @@
           container.dataset.state = "error";
           container.textContent = "";
           container.appendChild(element("span", "tl-error", "Could not load: " + error.message + " "));
-          var retry = element("button", "tl-retry", "Retry");
+          const retry = element("button", "tl-retry", "Retry");
           retry.type = "button";
           retry.addEventListener("click", function () { loadLazy(container.parentNode); });
           container.appendChild(retry);
@@ -133,7 +133,7 @@
   }
 
   function setExpanded(button, expanded) {
-    var target = document.getElementById(button.getAttribute("aria-controls"));
+    const target = document.getElementById(button.getAttribute("aria-controls"));
     if (!target) { return; }
     button.setAttribute("aria-expanded", expanded ? "true" : "false");
     target.hidden = !expanded;
@@ -141,7 +141,7 @@
   }
 
   function loadFull(button) {
-    var target = document.getElementById(button.dataset.target);
+    const target = document.getElementById(button.dataset.target);
     button.disabled = true;
     fetchJSON(button.dataset.url)
       .then(function (value) {
@@ -155,7 +155,7 @@
   }
 
   document.addEventListener("click", function (event) {
-    var button = event.target.closest("button");
+    const button = event.target.closest("button");
     if (!button || !button.closest(".tl")) { return; }
     if (button.classList.contains("tl-expand")) {
       setExpanded(button, button.getAttribute("aria-expanded") !== "true");
@@ -164,15 +164,15 @@
     } else if (button.classList.contains("tl-load-full")) {
       loadFull(button);
     } else if (button.classList.contains("tl-expand-all") || button.classList.contains("tl-collapse-all")) {
-      var open = button.classList.contains("tl-expand-all");
+      const open = button.classList.contains("tl-expand-all");
       document.querySelectorAll(".tl .tl-expand").forEach(function (b) { setExpanded(b, open); });
     }
   });
 
   function openFromHash() {
-    var match = /^#seq-(\d+)$/.exec(window.location.hash);
+    const match = /^#seq-(\d+)$/.exec(window.location.hash);
     if (!match) { return; }
-    var button = document.querySelector('[aria-controls="detail-' + match[1] + '"]');
+    const button = document.querySelector('[aria-controls="detail-' + match[1] + '"]');
     if (button) { setExpanded(button, true); }
   }
 

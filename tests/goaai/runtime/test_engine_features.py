@@ -1,15 +1,19 @@
-"""The turn loop's features, through ``rt`` and the database: model self-correction,
-agents calling agents, the policy caps, label rules, cancel, tool timeouts and
-crashes, resuming a run whose worker died, and token usage.
+"""The turn loop's features through ``rt`` and the database: what depends on the
+runtime and the ORM store together. An agent calling another agent (its memory
+written on the child run's behalf), label rules from the settings, a parent that
+waits while its child waits for a person (the runtime hands it on once the child
+ends), a cancel from another thread while a tool blocks (PostgreSQL), and the
+reaper finding runs whose worker died.
 
-Test agents and their models and tools live in ``engine_agents``; each test that
+The loop's own behaviour (caps, cancel, tool failures, resuming a run, streaming,
+usage) is tested without a database in ``tests/runtime_core``. Test agents and
+their models and tools live in ``tests.runtime_core.engine_agents``; each test that
 uses them gets them registered for itself (``engine``) and removed afterwards.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 from uuid import UUID
 
@@ -17,15 +21,15 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime import IllegalTransition, rt
-from goaai.runtime.agents import ASSISTANT, CONCIERGE, Agent, AgentRegistry
-from goaai.runtime.loop import MAX_DELEGATION_DEPTH
+from goaai.runtime.agents import ASSISTANT, CONCIERGE, AgentRegistry
 from goaai.runtime.tools import TOOLSETS
 from goaai.runtime.types import Message, ModelReply, ToolCallRequest, ToolOutcome
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
 from memory_app.models import MemoryEntry
-from runs_app.models import Run, RunEvent, ToolCall
-from tests.goaai.runtime import engine_agents
-from tests.goaai.runtime.engine_agents import ENGINE_AGENTS, PROBE, TURN_USAGE
+from runs_app.models import Run, ToolCall
+from sessions_app.models import RunEvent
+from tests.runtime_core import engine_agents
+from tests.runtime_core.engine_agents import ENGINE_AGENTS, PROBE, TURN_USAGE
 
 E = EventType
 
@@ -63,42 +67,6 @@ def _events(run_id: UUID, type: str) -> list[dict]:
 
 def _calls(run_id: UUID) -> list[ToolCall]:
     return list(ToolCall.objects.filter(run_id=run_id).order_by("turn__index", "index"))
-
-
-# The model corrects its own invalid call
-
-
-@pytest.mark.django_db(transaction=True)
-def test_invalid_arguments_are_corrected_by_the_model_on_the_next_turn(inline_runtime, session):
-    info = rt.run("assistant", "sloppy calculate 2+2", session=session.id)
-
-    assert (info.status, info.output) == (RunStatus.COMPLETED, "2+2 = 4")
-    wrong, right = _calls(info.id)
-    assert (wrong.name, wrong.arguments, wrong.status, wrong.error_kind) == (
-        "calculator",
-        {"expression_text": "2+2"},
-        ToolCallStatus.FAILED,
-        "invalid_call",
-    )
-    # The message tells the model which argument was wrong and which is missing.
-    assert "expression_text" in wrong.error_message
-    assert "expression: Field required" in wrong.error_message
-    assert wrong.result is None
-    assert (right.name, right.arguments, right.status, right.result) == (
-        "calculator",
-        {"expression": "2+2"},
-        ToolCallStatus.SUCCEEDED,
-        {"expression": "2+2", "value": 4},
-    )
-    run = Run.objects.get(pk=info.id)
-    turns = list(run.turns.order_by("index"))
-    assert [t.index for t in turns] == [0, 1, 2]
-    assert (wrong.turn_id, right.turn_id) == (turns[0].id, turns[1].id)
-    # The second turn carried the error back to the model.
-    assert turns[1].request_messages[-1]["role"] == "tool"
-    assert "invalid_call" in turns[1].request_messages[-1]["content"]
-    assert _event_types(info.id).count(E.TOOL_CALL_FAILED) == 1
-    assert _event_types(info.id)[-1] == E.RUN_COMPLETED
 
 
 # Agents calling agents
@@ -157,105 +125,6 @@ def test_the_concierge_hands_the_request_to_the_assistant_as_a_child_run(inline_
         for t in (E.RUN_CHILD_LINKED, E.TOOL_CALL_SUCCEEDED)
     )
     assert linked < seq[E.RUN_STARTED] < seq[E.RUN_COMPLETED] < succeeded
-
-
-@pytest.mark.django_db(transaction=True)
-def test_an_agent_that_delegates_to_itself_stops_at_the_depth_bound(inline_runtime, owner):
-    # An "assistant" whose only tool is asking itself: the scripted model delegates
-    # everything it cannot do to ask_assistant, so it would recurse for ever.
-    narcissist = Agent(
-        id="assistant", description="Asks itself.", model="scripted", delegates=("assistant",)
-    )
-    rt.configure(agents=AgentRegistry([narcissist]))
-    session = rt.create_session(owner=owner, agent="assistant")
-
-    info = rt.run("assistant", "remember my pet is a cat", session=session.id, timeout=30)
-
-    bound = f"Agents may call agents at most {MAX_DELEGATION_DEPTH} levels deep."
-    assert info.status == RunStatus.COMPLETED
-    assert info.output.endswith(f"I couldn't do that: {bound}")
-    runs = list(Run.objects.filter(session_id=session.id).order_by("created_at"))
-    assert len(runs) == MAX_DELEGATION_DEPTH + 1
-    # Each run is the child of the one before, linked by its ask_assistant call.
-    for parent, child in itertools.pairwise(runs):
-        assert child.parent_run_id == parent.id
-        assert child.parent_tool_call.run_id == parent.id
-    assert all(run.status == RunStatus.COMPLETED for run in runs)
-    deepest = runs[-1]
-    (refused,) = _calls(deepest.id)
-    assert (refused.name, refused.status, refused.error_kind, refused.error_message) == (
-        "ask_assistant",
-        ToolCallStatus.FAILED,
-        "domain_rejection",
-        bound,
-    )
-    assert not Run.objects.filter(parent_run=deepest).exists()
-
-
-# The policy's caps
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(
-    ("agent", "status", "kind", "message", "rule", "reason", "calls"),
-    [
-        (
-            "turn_capped",
-            RunStatus.FAILED,
-            "domain_rejection",
-            "The agent did not answer within 3 turns.",
-            "max_turns",
-            "Limit of 3 turns reached.",
-            ["tick"] * 3,
-        ),
-        (
-            "call_capped",
-            RunStatus.FAILED,
-            "domain_rejection",
-            "The run used its 2 tool calls.",
-            "max_tool_calls",
-            "Limit of 2 tool calls reached.",
-            ["tick"] * 2,
-        ),
-        (
-            "failure_capped",
-            RunStatus.FAILED,
-            "domain_rejection",
-            "2 tool calls failed in a row; the last: Not today.",
-            "max_consecutive_tool_failures",
-            "2 consecutive failed tool calls.",
-            ["refuse"] * 2,
-        ),
-        (
-            "time_capped",
-            RunStatus.TIMED_OUT,
-            "timeout",
-            "The run exceeded its time budget of 1s.",
-            "time_budget_seconds",
-            "Time budget of 1s spent.",
-            ["dawdle"],
-        ),
-    ],
-    ids=["max_turns", "max_tool_calls", "max_consecutive_tool_failures", "time_budget"],
-)
-def test_a_policy_cap_ends_the_run_and_says_which_rule_did(
-    engine, session, agent, status, kind, message, rule, reason, calls
-):
-    info = rt.run(agent, "keep going", session=session.id)
-
-    assert (info.status, info.output) == (status, "")
-    assert (info.error.kind, info.error.message) == (kind, message)
-    run = Run.objects.get(pk=info.id)
-    assert (run.status, run.error_kind, run.error_message) == (status, kind, message)
-    assert [c.name for c in _calls(info.id)] == calls
-    # Every tool call the cap let through really ran; none ran after it.
-    assert PROBE.executed == calls
-    assert all(c.status != ToolCallStatus.SCHEDULED for c in _calls(info.id))
-    assert _events(info.id, E.POLICY_DECISION) == [
-        {"rule": rule, "verdict": "stop", "reason": reason}
-    ]
-    types = _event_types(info.id)
-    assert types[-2:] == [E.POLICY_DECISION, f"run.{status}"]
 
 
 # Label rules
@@ -393,41 +262,7 @@ def test_a_parent_waits_while_the_agent_it_called_waits_for_approval(inline_runt
     assert resumed[-1]["child_run"] == str(child.id)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_canceling_a_parent_stops_the_agent_it_waits_for(inline_runtime, owner):
-    parent_id, child = _concierge_waiting_for_its_child(owner)
-
-    canceled = rt.cancel_run(parent_id, reason="user_requested")
-
-    assert canceled.status == RunStatus.CANCELED
-    child.refresh_from_db()
-    assert child.status == RunStatus.CANCELED
-    assert child.cancel_reason == f"its parent run {parent_id} ended canceled"
-    assert not MemoryEntry.objects.exists()
-
-
-# Cancel while a tool runs
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_cancel_requested_while_a_tool_runs_stops_the_run_after_it(engine, session):
-    # The cancel arrives (here from the tool's own thread) while the loop waits for
-    # the tool; the loop must see it at its next step and begin no further turn.
-    flagged: list[str] = []
-
-    def cancel_then_release() -> None:
-        run = Run.objects.get(session_id=session.id)
-        flagged.append(rt.cancel_run(run.id, reason="user_requested").status)
-        PROBE.release.set()
-
-    PROBE.on_start = cancel_then_release
-
-    info = rt.run("blocker", "wait for me", session=session.id)
-
-    # While the tool ran, the run was only flagged: the loop cancels it.
-    assert flagged == [RunStatus.RUNNING]
-    assert info.status == RunStatus.CANCELED
-    _assert_canceled_after_the_tool(info.id)
+# Cancel from another thread, while a tool blocks
 
 
 def _assert_canceled_after_the_tool(run_id: UUID) -> None:
@@ -473,50 +308,7 @@ def test_cancel_run_from_another_thread_while_a_tool_blocks(thread_runtime, monk
     _assert_canceled_after_the_tool(handle.run_id)
 
 
-# Tools that time out or crash
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_tool_past_its_time_limit_fails_as_timeout_and_the_run_goes_on(engine, session):
-    info = rt.run("slowpoke", "hurry", session=session.id)
-
-    assert (info.status, info.output) == (
-        RunStatus.COMPLETED,
-        "slow failed (timeout): slow did not finish within 0.2s.",
-    )
-    (call,) = _calls(info.id)
-    assert (call.status, call.error_kind, call.error_message, call.result) == (
-        ToolCallStatus.FAILED,
-        "timeout",
-        "slow did not finish within 0.2s.",
-        None,
-    )
-    assert call.duration_ms < 1500
-    assert Run.objects.get(pk=info.id).turns.count() == 2
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_tool_that_raises_fails_as_internal_and_the_run_goes_on(engine, session):
-    info = rt.run("breaker", "try it", session=session.id)
-
-    message = "broken failed: RuntimeError: the flux capacitor is empty"
-    assert (info.status, info.output) == (
-        RunStatus.COMPLETED,
-        f"broken failed (internal): {message}",
-    )
-    (call,) = _calls(info.id)
-    assert (call.status, call.error_kind, call.error_message) == (
-        ToolCallStatus.FAILED,
-        "internal",
-        message,
-    )
-    assert _events(info.id, E.TOOL_CALL_FAILED)[0]["error"] == {
-        "kind": "internal",
-        "message": message,
-    }
-
-
-# Resuming a run whose worker died
+# Runs whose worker died, found again
 
 
 def _dead_worker_recorded(
@@ -574,102 +366,6 @@ def _lose_the_worker(run_id: UUID) -> None:
     Run.objects.filter(pk=run_id).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=5))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_resumed_run_does_not_repeat_a_call_of_unknown_effect(engine, session):
-    run_id = _dead_worker_recorded(
-        session.id, "note note note", [("note", "succeeded"), ("note", "running")]
-    )
-    _lose_the_worker(run_id)
-
-    info = rt.execute(run_id)
-
-    assert info is not None
-    assert info.status == RunStatus.COMPLETED
-    not_retried = (
-        "The worker executing note stopped during the call; it was not retried because "
-        "the tool is not idempotent. Its effect is unknown."
-    )
-    assert info.output == (f"done: note ok; note failed (internal): {not_retried}; note ok")
-    # Only the step that had never begun really ran now.
-    assert PROBE.executed == ["note:step3"]
-    first, interrupted, fresh = _calls(run_id)
-    assert (first.status, first.attempt, first.result) == (
-        ToolCallStatus.SUCCEEDED,
-        1,
-        {"noted": "step1"},
-    )
-    assert (interrupted.status, interrupted.attempt, interrupted.error_kind) == (
-        ToolCallStatus.FAILED,
-        1,
-        "internal",
-    )
-    assert "not retried" in interrupted.error_message
-    assert (fresh.status, fresh.attempt, fresh.arguments) == (
-        ToolCallStatus.SUCCEEDED,
-        1,
-        {"label": "step3"},
-    )
-    run = Run.objects.get(pk=run_id)
-    assert [t.index for t in run.turns.order_by("index")] == [0, 1, 2, 3]
-    resumed = _events(run_id, E.RUN_RESUMED)
-    assert len(resumed) == 1
-    assert resumed[0]["reason"] == "worker_lost"
-    assert resumed[0]["previous_worker"] == "dead-worker"
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_resumed_run_executes_an_interrupted_idempotent_call_again(engine, session):
-    run_id = _dead_worker_recorded(
-        session.id, "note peek", [("note", "succeeded"), ("peek", "running")]
-    )
-    _lose_the_worker(run_id)
-
-    info = rt.execute(run_id)
-
-    assert (info.status, info.output) == (RunStatus.COMPLETED, "done: note ok; peek ok")
-    assert PROBE.executed == ["peek:step2"]
-    first, again = _calls(run_id)
-    assert (first.status, first.attempt) == (ToolCallStatus.SUCCEEDED, 1)
-    assert (again.status, again.attempt, again.result) == (
-        ToolCallStatus.SUCCEEDED,
-        2,
-        {"peeked": "step2"},
-    )
-    assert _events(run_id, E.RUN_RESUMED)[0]["reason"] == "worker_lost"
-    assert _event_types(run_id).count(E.RUN_STARTED) == 1
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_run_held_by_a_live_worker_is_not_executed_by_another(engine, session):
-    run_id = _dead_worker_recorded(session.id, "note note", [("note", "succeeded")])
-
-    assert rt.execute(run_id) is None
-
-    assert Run.objects.get(pk=run_id).status == RunStatus.RUNNING
-    assert PROBE.executed == []
-    assert _events(run_id, E.RUN_RESUMED) == []
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_run_whose_answer_was_recorded_before_its_worker_died_ends_with_it(engine, session):
-    """The worker recorded the model's final answer (the turn is complete) but died
-    before it marked the run completed. Taking the run over must finish it with
-    that answer; asking the model again would pay for (and may change) an answer
-    the user was already streamed."""
-    answer = "done: note ok"
-    run_id = _dead_worker_recorded(session.id, "note", [("note", "succeeded")], answer=answer)
-    _lose_the_worker(run_id)
-
-    info = rt.execute(run_id)
-
-    assert (info.status, info.output) == (RunStatus.COMPLETED, answer)
-    run = Run.objects.get(pk=run_id)
-    # No turn was added: the model was not asked again, and no tokens were spent.
-    assert run.turns.count() == 2
-    assert run.input_tokens == 2 * TURN_USAGE.input_tokens
-    assert PROBE.executed == []
-
-
 class _Recorder:
     def __init__(self) -> None:
         self.submitted: list[UUID] = []
@@ -694,73 +390,3 @@ def test_reap_hands_exactly_the_runs_without_a_live_worker_to_the_executor(engin
     assert recorder.submitted == [lost]
     held_run = Run.objects.get(pk=held)
     assert (held_run.status, held_run.lease_owner) == (RunStatus.RUNNING, "dead-worker")
-
-
-# Usage
-
-
-@pytest.mark.django_db(transaction=True)
-def test_token_usage_is_recorded_per_turn_and_summed_on_the_run(engine, session):
-    info = rt.run("planner", "note peek", session=session.id)
-
-    run = Run.objects.get(pk=info.id)
-    turns = list(run.turns.order_by("index"))
-    assert len(turns) == 3
-    assert [(t.input_tokens, t.output_tokens) for t in turns] == [
-        (TURN_USAGE.input_tokens, TURN_USAGE.output_tokens)
-    ] * 3
-    assert (run.input_tokens, run.output_tokens, run.total_tokens) == (33, 12, 45)
-    assert (info.usage.input_tokens, info.usage.output_tokens) == (33, 12)
-    assert [e["total_tokens"] for e in _events(info.id, E.USAGE)] == [15, 15, 15]
-    assert _events(info.id, E.RUN_COMPLETED)[0]["usage"] == {
-        "input_tokens": 33,
-        "output_tokens": 12,
-        "total_tokens": 45,
-    }
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_cancel_while_the_model_streams_stops_the_answer_and_keeps_what_was_said(
-    engine, session, monkeypatch
-):
-    # The story streams word by word; a cancel arrives after a few words. The loop
-    # looks for it while the answer streams (not only between steps), so the answer
-    # stops there: the turn keeps the words already said, and the run is canceled.
-    monkeypatch.setattr("goaai.runtime.loop.CANCEL_CHECK_SECONDS", 0.0)
-    monkeypatch.setattr("goaai.runtime.models.scripted.STORY_PACE", 0.0)
-    words: list[str] = []
-
-    def publish(context, turn_id, text: str) -> None:
-        words.append(text)
-        if len(words) == 5:
-            rt.cancel_run(context.run_id, reason="user_requested")
-
-    monkeypatch.setattr(rt.store, "publish_delta", publish)
-
-    info = rt.run("assistant", "tell me a story", session=session.id)
-
-    assert info.status == RunStatus.CANCELED
-    run = Run.objects.get(pk=info.id)
-    (turn,) = run.turns.all()
-    assert turn.response_text == "".join(words)
-    assert 5 <= len(words) < 20, "the answer went on after the cancel"
-    assert run.output == ""
-    types = _event_types(info.id)
-    assert types[-2:] == [E.USAGE, E.RUN_CANCELED]
-    assert _events(info.id, E.MESSAGE_COMPLETED) == [
-        {"turn": str(turn.id), "role": "assistant", "text": "".join(words)}
-    ]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_story_streams_whole_when_nobody_stops_it(engine, session, monkeypatch):
-    monkeypatch.setattr("goaai.runtime.models.scripted.STORY_PACE", 0.0)
-    from goaai.runtime.models.scripted import STORY
-
-    words: list[str] = []
-    monkeypatch.setattr(rt.store, "publish_delta", lambda context, turn, text: words.append(text))
-
-    info = rt.run("assistant", "tell me a story", session=session.id)
-
-    assert info.status == RunStatus.COMPLETED
-    assert info.output == STORY == "".join(words)

@@ -20,7 +20,8 @@ from goaai.runtime import rt
 from goaai.runtime.agents import ASSISTANT
 from goaai.runtime.models.scripted import HELP_TEXT
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
-from runs_app.models import Run, RunEvent, ToolCall
+from runs_app.models import Run, ToolCall
+from sessions_app.models import RunEvent
 
 E = EventType
 # 14:05:09 UTC on a Sunday; 23:05 in Tokyo.

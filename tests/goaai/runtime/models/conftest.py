@@ -7,12 +7,14 @@ import datetime as dt
 import uuid
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import pytest
 
 from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.loop import TurnLoop
+from goaai.runtime.models import get_model_client
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import (
     ModelReply,
@@ -23,6 +25,7 @@ from goaai.runtime.types import (
     ToolOutcome,
     Usage,
 )
+from goaai.runtime_settings import runtime_config
 from tests.goaai.runtime.models.fake_providers import FakeProviderServer
 
 _PROXY_VARIABLES = (
@@ -158,6 +161,8 @@ def run_turn_loop():
             # Structurally a RunStore for everything such a run reaches.
             store=cast(RunStore, store),
             agents=AgentRegistry([agent]),
+            # Provider keys and URLs as the settings hold them when the test runs.
+            model_factory=partial(get_model_client, providers=runtime_config().providers),
             publish_delta=lambda context, turn_id, text: deltas.append(text),
         )
         return LoopResult(loop.execute(store.run_id), store, deltas)

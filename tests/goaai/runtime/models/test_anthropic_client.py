@@ -13,6 +13,7 @@ from goaai.runtime.models import ModelRequest, ToolSpec, get_model_client
 from goaai.runtime.models.anthropic_client import AnthropicModel
 from goaai.runtime.tools import TOOLSETS
 from goaai.runtime.types import Message, ToolCallRequest, Usage
+from goaai.runtime_settings import runtime_config
 from tests.goaai.runtime.models.fake_providers import (
     ANTHROPIC_PATH,
     SlowResponse,
@@ -349,12 +350,14 @@ def test_a_server_that_cannot_be_reached_is_unavailable():
     assert f"cannot reach http://127.0.0.1:{closed_port}" in raised.value.message
 
 
-def test_get_model_client_builds_the_client_from_settings(settings, fake_server):
+def test_get_model_client_builds_the_client_from_the_settings_config(settings, fake_server):
     settings.GOAAI_ANTHROPIC_API_KEY = "sk-ant-from-settings"
     settings.GOAAI_ANTHROPIC_BASE_URL = fake_server.base_url
     fake_server.anthropic(anthropic_message([TextBlock(["configured"])]))
 
-    client = get_model_client("anthropic:claude-from-settings")
+    client = get_model_client(
+        "anthropic:claude-from-settings", providers=runtime_config().providers
+    )
     reply = client.complete(ask("hi"))
 
     assert client.name == "anthropic:claude-from-settings"
@@ -372,7 +375,7 @@ def test_get_model_client_without_a_key_is_an_unavailable_model_error(settings, 
         settings.GOAAI_ANTHROPIC_API_KEY = configured
 
     with pytest.raises(ModelError) as raised:
-        get_model_client("anthropic:claude-from-settings")
+        get_model_client("anthropic:claude-from-settings", providers=runtime_config().providers)
 
     assert (raised.value.kind, raised.value.retryable) == ("unavailable", False)
     assert raised.value.message == ("No API key configured for anthropic: set ANTHROPIC_API_KEY")

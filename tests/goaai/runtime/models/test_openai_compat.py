@@ -13,6 +13,7 @@ from goaai.runtime.models import ModelRequest, ToolSpec, get_model_client
 from goaai.runtime.models.openai_compat import OpenAICompatibleModel
 from goaai.runtime.tools import TOOLSETS
 from goaai.runtime.types import Message, ToolCallRequest, Usage
+from goaai.runtime_settings import runtime_config
 from tests.goaai.runtime.models.fake_providers import (
     OPENAI_PATH,
     SlowResponse,
@@ -314,12 +315,12 @@ def test_an_exception_from_on_delta_is_not_disguised_as_a_provider_error(fake_se
         client_for(fake_server).complete(ask("hi"), explode)
 
 
-def test_get_model_client_builds_the_client_from_settings(settings, fake_server):
+def test_get_model_client_builds_the_client_from_the_settings_config(settings, fake_server):
     settings.GOAAI_OPENAI_API_KEY = "sk-from-settings"
     settings.GOAAI_OPENAI_BASE_URL = fake_server.openai_base_url
     fake_server.openai(openai_text(["configured"]))
 
-    client = get_model_client("openai:llama3.2:3b")
+    client = get_model_client("openai:llama3.2:3b", providers=runtime_config().providers)
     reply = client.complete(ask("hi"))
 
     assert client.name == "openai:llama3.2:3b"
@@ -337,7 +338,7 @@ def test_get_model_client_without_a_key_is_an_unavailable_model_error(settings, 
         settings.GOAAI_OPENAI_API_KEY = configured
 
     with pytest.raises(ModelError) as raised:
-        get_model_client("openai:gpt-4o-mini")
+        get_model_client("openai:gpt-4o-mini", providers=runtime_config().providers)
 
     assert (raised.value.kind, raised.value.retryable) == ("unavailable", False)
     assert raised.value.message.startswith("No API key configured for openai: set OPENAI_API_KEY")

@@ -1,0 +1,498 @@
+"""REST API throughput: goaai's endpoints against bare DRF views on the same server.
+
+One daphne server (as ``make run`` starts it) serves goaai's URLs and, under /bare/,
+minimal DRF views of the same shapes (bench/api_urls.py). wrk, a separate process
+written in C, keeps ``--concurrency`` connections busy for ``--seconds`` per round,
+alternating goaai and bare rounds, and counts the answers by status. Printed: req/s
+of each, and goaai / bare (higher is better for goaai), medians of the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from _common import ROOT, run_each_database
+
+DATABASE = "goaai_bench_api"
+DEFAULT_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+USERNAME, PASSWORD = "bench", "bench-password-42"
+# Run starts go round-robin to this many sessions of each side, as many users do.
+RUN_SESSIONS = 32
+RUN_BODY = '{"input": "echo hi"}'
+# Past the limits, run starts are 429s; these are high enough never to be reached.
+RUN_RATE = "100000/s"
+MARK = "GOAAI-BENCH"
+
+
+@dataclass
+class Operation:
+    name: str
+    method: str
+    goaai: list[str]
+    bare: list[str]
+    expect: int = 200
+    body: str | None = None
+    goaai_sessions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Round:
+    requests: int
+    seconds: float
+    statuses: dict[int, int]
+    socket_errors: int
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def bad(self, expect: int) -> int:
+        return sum(n for code, n in self.statuses.items() if code != expect) + self.socket_errors
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_ADMIN_URL),
+        help=f"a PostgreSQL server URL; the benchmark creates and drops {DATABASE} on it",
+    )
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per side and operation")
+    parser.add_argument("--concurrency", type=int, default=8, help="open connections")
+    parser.add_argument(
+        "--executor",
+        choices=["thread", "celery"],
+        default="thread",
+        help="thread: the server executes the runs it starts (the default without Redis); "
+        "celery: it queues them in Redis for workers (none runs here), as with REDIS_URL",
+    )
+    parser.add_argument(
+        "--redis", default="redis://127.0.0.1:6379/12", help="for --executor celery; emptied"
+    )
+    return parser.parse_args()
+
+
+# The database and the server
+
+
+def fresh_database(db: str, admin_url: str, folder: Path) -> str:
+    if db == "sqlite":
+        return f"sqlite:///{folder}/bench.sqlite3"
+    import psycopg
+
+    base, _, _ = admin_url.rpartition("/")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {DATABASE}")
+    return f"{base}/{DATABASE}"
+
+
+def setup_django(url: str) -> None:
+    """Django in this process, on the benchmark's database: migrate, add the user."""
+    os.environ.update(
+        DATABASE_URL=url,
+        DATABASE_POOL="0",
+        DJANGO_SETTINGS_MODULE="goaai.settings",
+        LOG_LEVEL="WARNING",
+        DEBUG="0",
+    )
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    get_user_model().objects.create_user(USERNAME, password=PASSWORD)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_environment(url: str, args: argparse.Namespace) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="bench.api_settings",
+        PYTHONPATH=str(ROOT),
+        DATABASE_URL=url,
+        DEBUG="0",
+        LOG_LEVEL="WARNING",
+        GOAAI_EXECUTOR=args.executor,
+        GOAAI_RUN_RATE_PER_USER=RUN_RATE,
+        GOAAI_RUN_RATE_PER_TOKEN=RUN_RATE,
+        # The bare run starts leave pending rows; the reaper would execute them.
+        GOAAI_REAPER_INTERVAL="0",
+    )
+    if args.executor == "celery":
+        env["REDIS_URL"] = args.redis
+    return env
+
+
+def start_server(
+    url: str, port: int, log: Path, args: argparse.Namespace
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    command += ["-v", "0", "goaai.asgi:application"]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=server_environment(url, args), stdout=out, stderr=out
+        )
+
+
+def wait_ready(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited:\n{log.read_text()[-3000:]}")
+        try:
+            status, _, _ = request(port, "GET", "/api/v1/agents/")
+            if status == 401:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the server did not answer within 60 s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# HTTP for the set-up and the checks
+
+
+def request(
+    port: int, method: str, path: str, body: object = None, headers: dict[str, str] | None = None
+) -> tuple[int, object, int]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        payload = None if body is None else json.dumps(body) if not isinstance(body, str) else body
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        connection.request(method, path, body=payload, headers=sent)
+        response = connection.getresponse()
+        raw = response.read()
+    finally:
+        connection.close()
+    return response.status, json.loads(raw) if raw else None, len(raw)
+
+
+class Api:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.token = ""
+
+    def login(self) -> None:
+        basic = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+        status, body, _ = request(
+            self.port,
+            "POST",
+            "/api/v1/auth/tokens/",
+            {"name": "bench"},
+            {"Authorization": f"Basic {basic}"},
+        )
+        assert status == 201, (status, body)
+        self.token = body["token"]  # type: ignore[index]
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, object, int]:
+        return request(self.port, method, path, body, {"Authorization": f"Bearer {self.token}"})
+
+
+def fixtures() -> tuple[str, str, list[str], list[str]]:
+    """Made in this process through goaai's runtime: a session with two scripted
+    runs (two turns and one tool call each) and its memory; sessions for run starts."""
+    from django.contrib.auth import get_user_model
+
+    from goaai.runtime import rt
+
+    rt.configure(executor="inline")
+    user = get_user_model().objects.get(username=USERNAME)
+    session = rt.create_session(owner=user, agent="assistant", title="Colours").id
+    for text in ("remember my favourite colour is green", "calculate 2 * (3 + 4)"):
+        run = rt.run("assistant", text, session=session)
+        assert run.status == "completed", run
+    starts = [
+        str(rt.create_session(owner=user, title=f"runs {i}").id) for i in range(2 * RUN_SESSIONS)
+    ]
+    return str(session), str(run.id), starts[:RUN_SESSIONS], starts[RUN_SESSIONS:]
+
+
+def operations() -> list[Operation]:
+    session, run, goaai_runs, bare_runs = fixtures()
+    query = f"?key={quote('favourite colour')}&session={session}"
+    return [
+        Operation(
+            "session detail",
+            "GET",
+            [f"/api/v1/sessions/{session}/"],
+            [f"/bare/sessions/{session}/"],
+        ),
+        Operation("run detail", "GET", [f"/api/v1/runs/{run}/"], [f"/bare/runs/{run}/"]),
+        Operation(
+            "memory resolve",
+            "GET",
+            [f"/api/v1/memory/resolve/{query}"],
+            [f"/bare/memory/resolve/{query}"],
+        ),
+        Operation(
+            "run start",
+            "POST",
+            [f"/api/v1/sessions/{s}/runs/" for s in goaai_runs],
+            [f"/bare/sessions/{s}/runs/" for s in bare_runs],
+            expect=201,
+            body=RUN_BODY,
+            goaai_sessions=goaai_runs,
+        ),
+    ]
+
+
+def check(api: Api, operation: Operation) -> str:
+    """One request of each side, which must answer as expected; their body sizes."""
+    sizes = []
+    for path in (operation.goaai[0], operation.bare[0]):
+        body = None if operation.body is None else json.loads(operation.body)
+        status, answer, size = api.call(operation.method, path, body)
+        if status != operation.expect:
+            raise RuntimeError(f"{operation.method} {path}: {status} {answer}")
+        sizes.append(size)
+    return f"{operation.name:15s} body goaai {sizes[0]:6d} B  bare {sizes[1]:6d} B"
+
+
+# Load
+
+
+def lua(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+LUA_COUNTS = """
+counts = {}
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function response(status, headers, body) counts[status] = (counts[status] or 0) + 1 end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("%s requests %d %d %d\\n", MARK, summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout))
+  for _, thread in ipairs(threads) do
+    for status, n in pairs(thread:get("counts")) do
+      io.write(string.format("%s status %d %d\\n", MARK, status, n))
+    end
+  end
+end
+"""
+
+
+def lua_script(operation: Operation, paths: list[str], token: str) -> str:
+    lines = [
+        f"MARK = {lua(MARK)}",
+        f"wrk.method = {lua(operation.method)}",
+        f'wrk.headers["Authorization"] = {lua("Bearer " + token)}',
+        'wrk.headers["Content-Type"] = "application/json"',
+    ]
+    if operation.body is not None:
+        lines.append(f"wrk.body = {lua(operation.body)}")
+    if len(paths) == 1:
+        lines.append(f"wrk.path = {lua(paths[0])}")
+    else:
+        lines.append("paths = {" + ", ".join(lua(p) for p in paths) + "}")
+        lines.append("local i = 0")
+        lines.append("function request() i = i % #paths + 1 return wrk.format(nil, paths[i]) end")
+    return "\n".join(lines) + LUA_COUNTS
+
+
+def parse_wrk(output: str) -> Round:
+    requests, micros, errors = 0, 0, 0
+    statuses: dict[int, int] = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if not parts or parts[0] != MARK:
+            continue
+        if parts[1] == "requests":
+            requests, micros, errors = int(parts[2]), int(parts[3]), int(parts[4])
+        elif parts[1] == "status":
+            statuses[int(parts[2])] = statuses.get(int(parts[2]), 0) + int(parts[3])
+    if not micros:
+        raise RuntimeError(f"wrk gave no summary:\n{output}")
+    return Round(requests, micros / 1e6, statuses, errors)
+
+
+def load(port: int, script: Path, seconds: float, concurrency: int) -> Round:
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s"]
+    command += ["--timeout", "10s", "-s", str(script), f"http://127.0.0.1:{port}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk failed: {done.stderr}")
+    return parse_wrk(done.stdout)
+
+
+def drain(sessions: list[str], limit: float = 300.0) -> float:
+    """Wait until the runs goaai started have all ended; how long that took."""
+    from runs_app.models import Run
+
+    start = time.monotonic()
+    waiting = Run.objects.filter(session_id__in=sessions, status__in=["pending", "running"])
+    while waiting.exists():
+        if time.monotonic() - start > limit:
+            raise RuntimeError("runs started by the benchmark did not end")
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+# The measurement
+
+
+@dataclass
+class Results:
+    rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    bad: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    drains: list[float] = field(default_factory=list)
+
+    def add(self, operation: Operation, side: str, result: Round) -> None:
+        self.rates.setdefault((operation.name, side), []).append(result.rate)
+        bad = self.bad.setdefault((operation.name, side), {})
+        for code, n in result.statuses.items():
+            if code != operation.expect:
+                bad[code] = bad.get(code, 0) + n
+        if result.socket_errors:
+            bad[0] = bad.get(0, 0) + result.socket_errors
+
+
+class Bench:
+    def __init__(self, port: int, api: Api, folder: Path, args: argparse.Namespace) -> None:
+        self.port, self.api, self.folder, self.args = port, api, folder, args
+        self.results = Results()
+
+    def script(self, operation: Operation, side: str) -> Path:
+        name = re.sub(r"\W", "_", operation.name)
+        path = self.folder / f"{name}-{side}.lua"
+        paths = operation.goaai if side == "goaai" else operation.bare
+        path.write_text(lua_script(operation, paths, self.api.token))
+        return path
+
+    def one(self, operation: Operation, side: str, seconds: float) -> Round:
+        result = load(self.port, self.script(operation, side), seconds, self.args.concurrency)
+        if side == "goaai" and operation.goaai_sessions and self.args.executor == "thread":
+            self.results.drains.append(drain(operation.goaai_sessions))
+        return result
+
+    def rounds(self, operations: list[Operation]) -> None:
+        for operation in operations:  # warm-up: caches, prepared statements
+            for side in ("goaai", "bare"):
+                self.one(operation, side, 1)
+        for number in range(self.args.rounds):
+            sides = ("goaai", "bare") if number % 2 == 0 else ("bare", "goaai")
+            for operation in operations:
+                measured = {}
+                for side in sides:
+                    measured[side] = self.one(operation, side, self.args.seconds)
+                    self.results.add(operation, side, measured[side])
+                ratio = measured["goaai"].rate / measured["bare"].rate
+                print(
+                    f"  round {number + 1}  {operation.name:15s} goaai {measured['goaai'].rate:8.1f}"
+                    f"  bare {measured['bare'].rate:8.1f} req/s  {ratio:5.2f}x",
+                    flush=True,
+                )
+
+
+def report(db: str, operations: list[Operation], results: Results) -> None:
+    print(f"\n{db}: req/s, medians of the rounds (goaai / bare: higher is better for goaai)")
+    print(f"  {'operation':15s} {'goaai':>9s} {'bare':>9s} {'goaai/bare':>11s}  non-2xx")
+    for operation in operations:
+        goaai = results.rates[(operation.name, "goaai")]
+        bare = results.rates[(operation.name, "bare")]
+        ratios = [g / b for g, b in zip(goaai, bare, strict=True)]
+        bad = {side: results.bad[(operation.name, side)] for side in ("goaai", "bare")}
+        print(
+            f"  {operation.name:15s} {statistics.median(goaai):9.1f} {statistics.median(bare):9.1f}"
+            f" {statistics.median(ratios):10.2f}x  "
+            f"({min(ratios):.2f}-{max(ratios):.2f}x)  goaai {bad['goaai'] or 0} bare {bad['bare'] or 0}"
+        )
+    if results.drains:
+        print(
+            f"  the runs goaai started in a round ended at most {max(results.drains):.1f} s after it"
+            " (waited for before the next round)"
+        )
+
+
+def empty_redis(args: argparse.Namespace) -> None:
+    if args.executor == "celery":
+        import redis
+
+        redis.Redis.from_url(args.redis).flushdb()
+
+
+def measure(db: str, args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="goaai-bench-api-"))
+    server = None
+    try:
+        empty_redis(args)
+        url = fresh_database(db, args.postgres, folder)
+        setup_django(url)
+        port, log = free_port(), folder / "server.log"
+        server = start_server(url, port, log, args)
+        wait_ready(server, port, log)
+        api = Api(port)
+        api.login()
+        ops = operations()
+        print(
+            f"{db}: daphne on 127.0.0.1:{port}, wrk -t1 -c{args.concurrency}, "
+            f"{args.rounds} rounds of {args.seconds:g} s per side, {args.executor} executor"
+        )
+        for operation in ops:
+            print("  " + check(api, operation))
+        bench = Bench(port, api, folder, args)
+        bench.rounds(ops)
+        report(db, ops, bench.results)
+    except Exception:
+        log = folder / "server.log"
+        if log.exists():
+            print(f"server log (end):\n{log.read_text()[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        if server is not None:
+            stop(server)
+        empty_redis(args)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    args = arguments()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is needed: apt-get install -y wrk")
+    extra = ["--seconds", str(args.seconds), "--rounds", str(args.rounds)]
+    extra += ["--concurrency", str(args.concurrency)]
+    extra += ["--executor", args.executor, "--redis", args.redis]
+    if run_each_database(__file__, args, extra):
+        return
+    measure(args.db, args)
+
+
+if __name__ == "__main__":
+    main()

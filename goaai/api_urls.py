@@ -1,0 +1,59 @@
+"""Every endpoint under /api/v1/: the apps' views, put together."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from goaai.api.agents import AgentListView
+from memory_app.api.views import MemoryViewSet
+from runs_app.api.views import (
+    RunViewSet,
+    SessionEventViewSet,
+    SessionExportViewSet,
+    SessionRunViewSet,
+    ToolCallViewSet,
+    TurnViewSet,
+)
+from sessions_app.api import sse
+from sessions_app.api.views import ApiTokenViewSet, SessionViewSet
+
+router = SimpleRouter()
+router.register("sessions", SessionViewSet, basename="session")
+router.register("runs", RunViewSet, basename="run")
+router.register("turns", TurnViewSet, basename="turn")
+router.register("tool-calls", ToolCallViewSet, basename="tool-call")
+router.register("memory", MemoryViewSet, basename="memory")
+router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
+
+app_name = "api"
+
+urlpatterns = [
+    # Live streams (Server-Sent Events): plain async views, outside DRF.
+    path("sessions/stream/", sse.session_list_stream, name="session-list-stream"),
+    path(
+        "sessions/<uuid:session_id>/events/stream/",
+        sse.session_event_stream,
+        name="session-event-stream",
+    ),
+    path(
+        "sessions/<uuid:session_id>/runs/",
+        SessionRunViewSet.as_view({"get": "list", "post": "create"}),
+        name="session-runs",
+    ),
+    path(
+        "sessions/<uuid:session_id>/events/",
+        SessionEventViewSet.as_view({"get": "list"}),
+        name="session-events",
+    ),
+    path(
+        "sessions/<uuid:pk>/export/",
+        SessionExportViewSet.as_view({"get": "export"}),
+        name="session-export",
+    ),
+    path("agents/", AgentListView.as_view(), name="agents"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,1403 @@
+"""Everything the runtime records, kept in this process's memory.
+
+:class:`InMemoryRunStore` is a :class:`~goaai.runtime.store.RunStore` in plain Python
+that behaves like the database-backed store: the same statuses and legal moves, the
+same errors, leases, cancel requests and answers, the same memory scopes and
+versions, and the same event log (events built by :mod:`goaai.runtime.payloads`,
+numbered per session from 1 with no gap). Nothing outlives the process: it is for
+running the turn loop without a database, in tests, scripts and demos.
+
+Every method holds one lock for its whole change and checks everything it needs
+before it changes anything, so a change is seen whole or not at all, as a
+transaction's would be.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from goaai.runtime import payloads
+from goaai.runtime.errors import (
+    GoaaiError,
+    IllegalTransition,
+    InvalidMemoryScope,
+    MemoryConflict,
+    NotFound,
+    SessionEnded,
+)
+from goaai.runtime.policy import Decision
+from goaai.runtime.types import (
+    MemoryRecord,
+    Message,
+    ModelReply,
+    RunContext,
+    RunError,
+    RunInfo,
+    SessionInfo,
+    ToolCallRequest,
+    ToolCallState,
+    ToolOutcome,
+    TurnState,
+    Usage,
+)
+from goaai.runtime.vocabulary import (
+    MEMORY_RESOLUTION_ORDER,
+    OPEN_RUN_STATUSES,
+    OPEN_TOOL_CALL_STATUSES,
+    ErrorKind,
+    MemoryScope,
+    RunStatus,
+    ToolCallStatus,
+    sources_of,
+)
+
+# A session's two states, spelt as the sessions table spells them.
+SESSION_ACTIVE = "active"
+SESSION_ENDED = "ended"
+MAX_TITLE_LENGTH = 200
+MAX_CANCEL_REASON_LENGTH = 200
+MAX_MEMORY_KEY_LENGTH = 200
+# How many remembered facts a run is shown at its start.
+MEMORY_CONTEXT_LIMIT = 20
+# A pending run nobody claimed for this long lost its hand-off to an executor; a run
+# released after an answer and not claimed for this long lost its hand-off too.
+HAND_OFF_GRACE_SECONDS = 30.0
+# How far up a chain of parent runs the depth of a run is counted.
+MAX_DEPTH_COUNTED = 10
+
+
+class DuplicateIdempotencyKey(GoaaiError):
+    """A run with this idempotency key already exists in the session; the caller
+    looks up that run instead of starting a second one."""
+
+    code = "idempotency_key_reused"
+
+
+class Delta(NamedTuple):
+    """A piece of model text streamed to live subscribers (never part of the log)."""
+
+    session_id: UUID
+    run_id: UUID
+    turn_id: UUID
+    text: str
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(tz=dt.UTC)
+
+
+def _json(value: Any) -> Any:
+    """``value`` as a JSON column gives it back: a copy, with tuples as lists and
+    what JSON cannot hold as text (the encoding the database store writes)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+# What a memory entry belongs to: (scope, its owner, key). The owner is the session
+# id, the user id, the agent id, or None for global entries.
+MemoryOwner = UUID | int | str | None
+_MemoryKey = tuple[str, MemoryOwner, str]
+
+
+@dataclass
+class _Session:
+    id: UUID
+    owner_id: int
+    agent: str
+    title: str
+    metadata: dict[str, Any]
+    created_at: dt.datetime
+    status: str = SESSION_ACTIVE
+    ended_at: dt.datetime | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    # Its runs in the order they were created.
+    run_ids: list[UUID] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    id: UUID
+    session_id: UUID
+    agent: str
+    input: str
+    labels: dict[str, str]
+    metadata: dict[str, Any]
+    policy: dict[str, Any]
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    created_by_id: int | None = None
+    parent_run_id: UUID | None = None
+    parent_tool_call_id: UUID | None = None
+    idempotency_key: str | None = None
+    fingerprint: str = ""
+    status: RunStatus = RunStatus.PENDING
+    output: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error_kind: str = ""
+    error_message: str = ""
+    error_retryable: bool = False
+    cancel_requested_at: dt.datetime | None = None
+    cancel_reason: str = ""
+    awaiting: dict[str, Any] | None = None
+    awaiting_since: dt.datetime | None = None
+    paused_seconds: float = 0.0
+    lease_owner: str = ""
+    lease_expires_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    # Its turns, by index.
+    turns: dict[int, UUID] = field(default_factory=dict)
+
+
+@dataclass
+class _Turn:
+    id: UUID
+    run_id: UUID
+    index: int
+    model: str
+    request_messages: list[dict[str, Any]]
+    started_at: dt.datetime
+    response_text: str = ""
+    response_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: int | None = None
+    ended_at: dt.datetime | None = None
+    # Its tool calls, by index.
+    tool_calls: dict[int, UUID] = field(default_factory=dict)
+
+
+@dataclass
+class _ToolCall:
+    id: UUID
+    run_id: UUID
+    turn_id: UUID
+    call_id: str
+    index: int
+    name: str
+    arguments: dict[str, Any]
+    requires_approval: bool
+    created_at: dt.datetime
+    status: ToolCallStatus = ToolCallStatus.SCHEDULED
+    result: Any = None
+    error_kind: str = ""
+    error_message: str = ""
+    decided_by_id: int | None = None
+    decided_at: dt.datetime | None = None
+    decision: str = ""
+    decision_reason: str = ""
+    attempt: int = 0
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    duration_ms: int | None = None
+
+
+@dataclass
+class _Entry:
+    id: UUID
+    key: str
+    value: Any
+    scope: str
+    session_id: UUID | None
+    user_id: int | None
+    agent: str
+    written_by: dict[str, Any]
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    version: int = 1
+
+
+def _writer(user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None) -> dict[str, Any]:
+    kind = "run" if run_id else "user" if user_id else "system"
+    return {"kind": kind, "user_id": user_id, "run_id": run_id, "tool_call_id": tool_call_id}
+
+
+def _clean_key(key: str) -> str:
+    cleaned = key.strip()
+    if not cleaned:
+        raise InvalidMemoryScope("A memory key cannot be empty.")
+    if len(cleaned) > MAX_MEMORY_KEY_LENGTH:
+        raise InvalidMemoryScope(f"A memory key is at most {MAX_MEMORY_KEY_LENGTH} characters.")
+    return cleaned
+
+
+def _memory_owner(
+    scope: str, session_id: UUID | None, user_id: int | None, agent: str
+) -> tuple[str, MemoryOwner]:
+    """The scope (as text) and the owner its entries belong to; checks that the owner
+    given is the one the scope needs and nothing else."""
+    if scope not in MemoryScope.__members__.values():
+        raise InvalidMemoryScope(
+            f"Unknown memory scope {scope!r}; use session, user, agent or global."
+        )
+    needed = MemoryScope(scope)
+    given: dict[MemoryScope, MemoryOwner] = {
+        MemoryScope.SESSION: session_id,
+        MemoryScope.USER: user_id,
+        MemoryScope.AGENT: agent or None,
+    }
+    for owner_scope, owner in given.items():
+        if owner_scope == needed and owner is None:
+            raise InvalidMemoryScope(f"A {scope}-scoped entry needs a {scope}.")
+        if owner_scope != needed and owner is not None:
+            raise InvalidMemoryScope(f"A {scope}-scoped entry cannot name a {owner_scope}.")
+    return needed.value, given.get(needed)
+
+
+def _session_info(session: _Session) -> SessionInfo:
+    return SessionInfo(
+        id=session.id,
+        owner_id=session.owner_id,
+        agent=session.agent,
+        title=session.title,
+        status=session.status,
+        metadata=_json(session.metadata),
+        created_at=session.created_at,
+        ended_at=session.ended_at,
+    )
+
+
+def _run_info(run: _Run) -> RunInfo:
+    error = (
+        RunError(kind=run.error_kind, message=run.error_message, retryable=run.error_retryable)
+        if run.error_kind
+        else None
+    )
+    return RunInfo(
+        id=run.id,
+        session_id=run.session_id,
+        agent=run.agent,
+        status=run.status,
+        input=run.input,
+        output=run.output,
+        labels=dict(run.labels),
+        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+        error=error,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        parent_run_id=run.parent_run_id,
+    )
+
+
+def _call_state(call: _ToolCall) -> ToolCallState:
+    return ToolCallState(
+        id=call.id,
+        index=call.index,
+        call_id=call.call_id,
+        name=call.name,
+        arguments=_json(call.arguments),
+        status=call.status,
+        result=_json(call.result),
+        error_kind=call.error_kind,
+        error_message=call.error_message,
+        requires_approval=call.requires_approval,
+        decision=call.decision,
+        decision_reason=call.decision_reason,
+        attempt=call.attempt,
+    )
+
+
+def _memory_record(entry: _Entry) -> MemoryRecord:
+    return MemoryRecord(
+        id=entry.id,
+        key=entry.key,
+        value=_json(entry.value),
+        scope=entry.scope,
+        session_id=entry.session_id,
+        user_id=entry.user_id,
+        agent=entry.agent,
+        version=entry.version,
+        updated_at=entry.updated_at,
+    )
+
+
+def _lease_live(run: _Run, now: dt.datetime) -> bool:
+    return run.lease_expires_at is not None and run.lease_expires_at > now
+
+
+def _without_worker(run: _Run, now: dt.datetime, stale: dt.datetime) -> bool:
+    """Whether no live worker holds a top-level run that should be executing."""
+    if run.parent_run_id is not None:
+        return False
+    if run.status == RunStatus.PENDING:
+        return run.created_at < stale
+    if run.status != RunStatus.RUNNING:
+        return False
+    if run.lease_expires_at is None:
+        return run.updated_at < stale
+    return run.lease_expires_at < now
+
+
+def _waits_for(parent: _Run, child: _Run) -> bool:
+    awaiting = parent.awaiting or {}
+    return (
+        parent.status == RunStatus.AWAITING_INPUT
+        and awaiting.get("kind") == "delegated"
+        and awaiting.get("child_run") == str(child.id)
+    )
+
+
+class InMemoryRunStore:
+    """A :class:`~goaai.runtime.store.RunStore` that keeps everything in memory.
+
+    ``users`` maps user ids to names: when given, only those users may own sessions,
+    and the log names whoever decided a tool call; without it any id is a user and
+    deciders go unnamed. ``clock`` tells the time (leases, durations, timestamps).
+
+    Besides the protocol it offers what a caller wants to read back:
+    :meth:`events` (a session's log), :meth:`turns` (what a run recorded, as a run
+    picked up again sees it), :meth:`child_runs` and :attr:`deltas` (streamed text).
+    """
+
+    def __init__(
+        self,
+        *,
+        users: Mapping[int, str] | None = None,
+        clock: Callable[[], dt.datetime] = _utc_now,
+    ) -> None:
+        self._users = dict(users) if users is not None else None
+        self._clock = clock
+        # One lock for everything: a change of a run touches its session's log, its
+        # tool calls and its child runs, and all of it must be seen together.
+        self._lock = threading.RLock()
+        self._sessions: dict[UUID, _Session] = {}
+        self._runs: dict[UUID, _Run] = {}
+        self._turns: dict[UUID, _Turn] = {}
+        self._calls: dict[UUID, _ToolCall] = {}
+        self._memory: dict[_MemoryKey, _Entry] = {}
+        self.deltas: list[Delta] = []
+
+    # Reading back
+
+    def events(self, session_id: UUID) -> list[dict[str, Any]]:
+        """The session's log, oldest first, each event as the API shows it: ``seq``,
+        ``type``, ``run`` (its id as text, or ``None``), ``data``, ``created_at``."""
+        with self._lock:
+            events: list[dict[str, Any]] = _json(self._session(session_id).events)
+            return events
+
+    def turns(self, run_id: UUID) -> tuple[TurnState, ...]:
+        """Every turn the run recorded, in order, each with its tool calls in order."""
+        with self._lock:
+            return self._turn_states(self._run(run_id))
+
+    def child_runs(self, run_id: UUID) -> list[RunInfo]:
+        """The runs ``run_id`` started by calling agents as tools, oldest first."""
+        with self._lock:
+            return [_run_info(child) for child in self._children(self._run(run_id))]
+
+    # Sessions
+
+    def create_session(
+        self, *, owner_id: int, agent: str, title: str, metadata: dict[str, Any]
+    ) -> SessionInfo:
+        with self._lock:
+            if self._users is not None and owner_id not in self._users:
+                raise NotFound(f"No user {owner_id}.")
+            now = self._clock()
+            session = _Session(
+                id=uuid.uuid4(),
+                owner_id=owner_id,
+                agent=agent,
+                title=title[:MAX_TITLE_LENGTH],
+                metadata=_json(dict(metadata or {})),
+                created_at=now,
+            )
+            self._sessions[session.id] = session
+            self._log(
+                session,
+                payloads.session_created(
+                    agent=agent, title=session.title, metadata=session.metadata
+                ),
+                now,
+            )
+            return _session_info(session)
+
+    def get_session(self, session_id: UUID) -> SessionInfo:
+        with self._lock:
+            return _session_info(self._session(session_id))
+
+    def end_session(self, session_id: UUID) -> SessionInfo:
+        """End a session: runs in flight are canceled (a run a live worker executes
+        is asked to stop) and later runs are refused. Ending it again changes nothing."""
+        with self._lock:
+            session = self._session(session_id)
+            if session.status == SESSION_ENDED:
+                return _session_info(session)
+            now = self._clock()
+            session.status, session.ended_at = SESSION_ENDED, now
+            open_runs = [run for run in self._runs_of(session) if run.status in OPEN_RUN_STATUSES]
+            for run in open_runs:
+                self._cancel_or_flag(run, "session_ended", now)
+            self._log(
+                session,
+                payloads.session_ended(ended_at=now.isoformat(), runs_canceled=len(open_runs)),
+                now,
+            )
+            return _session_info(session)
+
+    # Runs
+
+    def create_run(
+        self,
+        *,
+        session_id: UUID,
+        agent: str,
+        input: str,
+        labels: dict[str, str],
+        metadata: dict[str, Any],
+        policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
+        created_by_id: int | None = None,
+        idempotency_key: str | None = None,
+        fingerprint: str = "",
+    ) -> RunInfo:
+        """A pending run (:class:`SessionEnded` if the session has ended,
+        :class:`DuplicateIdempotencyKey` if the key was used in the session)."""
+        with self._lock:
+            now = self._clock()
+            run = _Run(
+                id=uuid.uuid4(),
+                session_id=session_id,
+                agent=agent,
+                input=input,
+                labels=_json(dict(labels or {})),
+                metadata=_json(dict(metadata or {})),
+                policy=_json(dict(policy or {})),
+                created_at=now,
+                updated_at=now,
+                created_by_id=created_by_id,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+            )
+            self._add_run(run, policy_decisions or [])
+            return _run_info(run)
+
+    def get_run(self, run_id: UUID) -> RunInfo:
+        with self._lock:
+            return _run_info(self._run(run_id))
+
+    def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
+        """Ask a run to stop: a run no loop steps through is canceled at once, a
+        running one is flagged for its loop. A finished run stays as it is."""
+        with self._lock:
+            run = self._run(run_id)
+            self._cancel_or_flag(run, reason, self._clock())
+            return _run_info(run)
+
+    def respond(
+        self,
+        run_id: UUID,
+        *,
+        tool_call_id: UUID | None,
+        decision: str,
+        reason: str,
+        answer: str | None,
+        decided_by_id: int | None,
+    ) -> RunInfo:
+        """Record a person's approval, denial or answer; the run becomes claimable.
+
+        :class:`IllegalTransition` when the run does not wait, or waits for
+        something other than what the answer addresses (an answer that came too
+        late, or one meant for its child run)."""
+        with self._lock:
+            run = self._run(run_id)
+            call = self._waited_call(run, tool_call_id)
+            kind = (run.awaiting or {}).get("kind")
+            now = self._clock()
+            if kind == "question":
+                if answer is None:
+                    raise IllegalTransition(run_id, "waiting for an answer", "a decision")
+                self._decide_call(call, "answered", "", decided_by_id, now, record_reason=False)
+                self._end_call(call, ToolCallStatus.SUCCEEDED, now, result={"answer": answer})
+            else:
+                self._approve_or_deny(run, call, decision, reason, decided_by_id, now)
+            self._resume(run, now, answered=kind)
+            return _run_info(run)
+
+    def create_child_run(
+        self,
+        *,
+        parent_run_id: UUID,
+        parent_tool_call_id: UUID,
+        agent: str,
+        input: str,
+        labels: dict[str, str],
+        policy: dict[str, Any],
+        policy_decisions: list[Decision] | None = None,
+    ) -> RunInfo:
+        """A run of ``agent`` called as a tool, in the parent's session, linked to it,
+        under ``policy`` (which ``policy_decisions`` shaped)."""
+        with self._lock:
+            parent = self._run(parent_run_id)
+            now = self._clock()
+            child = _Run(
+                id=uuid.uuid4(),
+                session_id=parent.session_id,
+                agent=agent,
+                input=input,
+                labels=_json(dict(labels or {})),
+                metadata={},
+                policy=_json(dict(policy or {})),
+                created_at=now,
+                updated_at=now,
+                parent_run_id=parent_run_id,
+                parent_tool_call_id=parent_tool_call_id,
+            )
+            self._add_run(child, policy_decisions or [])
+            return _run_info(child)
+
+    # The turn loop
+
+    def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
+        """Take a run under a lease held by ``owner``: a pending run starts; a running
+        run no live worker holds is taken over. ``None`` for any other run."""
+        with self._lock:
+            run = self._run(run_id)
+            now = self._clock()
+            expires = now + dt.timedelta(seconds=lease_seconds)
+            if run.status == RunStatus.PENDING:
+                self._move(run, RunStatus.RUNNING, now, only_from=RunStatus.PENDING)
+                run.started_at, run.lease_owner, run.lease_expires_at = now, owner, expires
+                self._log_run(run, payloads.run_started(agent=run.agent, worker=owner), now)
+                return self._context(run, owner, fresh=True, now=now)
+            if run.status != RunStatus.RUNNING or _lease_live(run, now):
+                return None
+            previous = run.lease_owner
+            run.lease_owner, run.lease_expires_at = owner, expires
+            if previous:
+                self._log_run(
+                    run, payloads.run_resumed_by_worker(previous_worker=previous, worker=owner), now
+                )
+            return self._context(run, owner, fresh=False, now=now)
+
+    def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.lease_owner != owner or run.status != RunStatus.RUNNING:
+                return False
+            run.lease_expires_at = self._clock() + dt.timedelta(seconds=lease_seconds)
+            return True
+
+    def expired_runs(self, *, limit: int = 100) -> list[UUID]:
+        with self._lock:
+            now = self._clock()
+            stale = now - dt.timedelta(seconds=HAND_OFF_GRACE_SECONDS)
+            lost = [run for run in self._runs.values() if _without_worker(run, now, stale)]
+            lost.sort(key=lambda run: run.created_at)
+            return [run.id for run in lost[:limit]]
+
+    def cancel_requested(self, run_id: UUID) -> str | None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return "run deleted"
+            return self._cancel_reason(run)
+
+    def start_turn(
+        self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
+    ) -> UUID:
+        with self._lock:
+            run = self._run(run_id)
+            if index in run.turns:
+                raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}")
+            now = self._clock()
+            turn = _Turn(
+                id=uuid.uuid4(),
+                run_id=run_id,
+                index=index,
+                model=model,
+                request_messages=_json(messages),
+                started_at=now,
+            )
+            self._turns[turn.id] = turn
+            run.turns[index] = turn.id
+            self._log_run(run, payloads.turn_started(turn=turn.id, index=index, model=model), now)
+            return turn.id
+
+    def restart_turn(self, *, turn_id: UUID) -> None:
+        """Record that a turn whose reply was lost with its worker is asked again."""
+        with self._lock:
+            turn = self._turn(turn_id)
+            self._log_run(
+                self._runs[turn.run_id],
+                payloads.turn_started(
+                    turn=turn.id, index=turn.index, model=turn.model, restarted=True
+                ),
+                self._clock(),
+            )
+
+    def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
+        with self._lock:
+            turn = self._turn(turn_id)
+            run = self._runs[turn.run_id]
+            now = self._clock()
+            used = reply.usage
+            turn.response_text = reply.text
+            turn.response_tool_calls = _json([call.as_dict() for call in reply.tool_calls])
+            turn.input_tokens, turn.output_tokens = used.input_tokens, used.output_tokens
+            turn.latency_ms, turn.ended_at = latency_ms, now
+            turn.model = reply.model or turn.model
+            run.input_tokens += used.input_tokens
+            run.output_tokens += used.output_tokens
+            self._log_run(
+                run,
+                payloads.turn_completed(
+                    turn=turn.id,
+                    index=turn.index,
+                    tool_calls=len(reply.tool_calls),
+                    latency_ms=latency_ms,
+                ),
+                now,
+            )
+            if reply.text:
+                self._log_run(run, payloads.message_completed(turn=turn.id, text=reply.text), now)
+            self._log_run(
+                run,
+                payloads.usage(
+                    turn=turn.id, input_tokens=used.input_tokens, output_tokens=used.output_tokens
+                ),
+                now,
+            )
+
+    def schedule_tool_call(
+        self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
+    ) -> UUID:
+        """Record a tool call the model asked for (and, if needed, ask for approval)."""
+        with self._lock:
+            return self._new_call(turn_id, index, request, requires_approval=requires_approval)
+
+    def start_tool_call(self, *, turn_id: UUID, index: int, request: ToolCallRequest) -> UUID:
+        """Record a call that needs no approval as scheduled and running, in one step."""
+        with self._lock:
+            return self._new_call(turn_id, index, request, requires_approval=False, start=True)
+
+    def begin_tool_call(self, *, tool_call_id: UUID) -> int:
+        """Mark a scheduled (or interrupted) call running; returns its attempt number."""
+        with self._lock:
+            call = self._call(tool_call_id)
+            if call.status not in OPEN_TOOL_CALL_STATUSES:
+                raise IllegalTransition(
+                    tool_call_id, call.status, ToolCallStatus.RUNNING, what="Tool call"
+                )
+            now = self._clock()
+            call.status, call.started_at = ToolCallStatus.RUNNING, now
+            call.attempt += 1
+            self._log_run(
+                self._runs[call.run_id],
+                payloads.tool_call_started(tool_call=call.id, name=call.name, attempt=call.attempt),
+                now,
+            )
+            return call.attempt
+
+    def await_input(
+        self,
+        *,
+        run_id: UUID,
+        kind: str,
+        tool_call_id: UUID,
+        question: str = "",
+        child_run_id: UUID | None = None,
+    ) -> RunInfo:
+        """Pause the run until a person approves/denies the call or answers the
+        question (``kind="delegated"``: until the child run the call started ends)."""
+        with self._lock:
+            run = self._run(run_id)
+            awaiting: dict[str, Any] = {"kind": kind, "tool_call": str(tool_call_id)}
+            if question:
+                awaiting["question"] = question
+            if child_run_id is not None:
+                awaiting["child_run"] = str(child_run_id)
+            now = self._clock()
+            self._move(run, RunStatus.AWAITING_INPUT, now)
+            # Nobody executes a waiting run: the worker's lease is released.
+            run.awaiting, run.awaiting_since = awaiting, now
+            run.lease_owner, run.lease_expires_at = "", None
+            self._log_run(run, payloads.run_awaiting_input(awaiting=awaiting), now)
+            return _run_info(run)
+
+    def settle_child(self, run_id: UUID) -> UUID | None:
+        """A child run ended: if its parent waits for it, its answer (or failure)
+        becomes the parent's tool-call result and the parent may continue. Returns
+        the parent to hand to the executor, or ``None``."""
+        with self._lock:
+            child = self._runs.get(run_id)
+            if child is None or child.parent_run_id is None or not child.status.is_terminal:
+                return None
+            parent = self._runs.get(child.parent_run_id)
+            if parent is None or not _waits_for(parent, child):
+                return None
+            call = self._calls[UUID(str((parent.awaiting or {})["tool_call"]))]
+            now = self._clock()
+            if child.status == RunStatus.COMPLETED:
+                result = {"agent": child.agent, "run": str(child.id), "answer": child.output}
+                self._end_call(call, ToolCallStatus.SUCCEEDED, now, result=result)
+            else:
+                detail = child.error_message or child.cancel_reason or child.status
+                self._end_call(
+                    call,
+                    ToolCallStatus.FAILED,
+                    now,
+                    error_kind=ErrorKind.DOMAIN_REJECTION,
+                    error_message=f"The {child.agent} agent did not answer: {detail}",
+                )
+            self._resume(parent, now, answered="delegated", child_run=str(child.id))
+            return parent.id
+
+    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
+        with self._lock:
+            call = self._call(tool_call_id)
+            self._end_call(
+                call,
+                ToolCallStatus.FAILED if outcome.error_kind else ToolCallStatus.SUCCEEDED,
+                self._clock(),
+                result=None if outcome.error_kind else outcome.result,
+                error_kind=outcome.error_kind,
+                error_message=outcome.error_message,
+                only_from=frozenset({ToolCallStatus.RUNNING}),
+            )
+
+    def finish_run(
+        self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
+    ) -> RunInfo:
+        with self._lock:
+            run = self._run(run_id)
+            now = self._clock()
+            if status == RunStatus.COMPLETED:
+                self._run_end(run, RunStatus.COMPLETED, now, output=output)
+            elif status == RunStatus.CANCELED:
+                self._cancel(run, self._cancel_reason(run) or "", now)
+            elif status == RunStatus.TIMED_OUT:
+                message = error.message if error else ""
+                self._run_end(
+                    run,
+                    RunStatus.TIMED_OUT,
+                    now,
+                    error_kind=ErrorKind.TIMEOUT,
+                    error_message=message,
+                )
+            else:
+                failure = error or RunError(kind="internal", message="The run failed.")
+                self._run_end(
+                    run,
+                    RunStatus.FAILED,
+                    now,
+                    error_kind=failure.kind,
+                    error_message=failure.message,
+                    error_retryable=failure.retryable,
+                )
+            return _run_info(run)
+
+    def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
+        with self._lock:
+            self._log_run(
+                self._run(run_id),
+                payloads.policy_decision(rule=rule, verdict=verdict, reason=reason),
+                self._clock(),
+            )
+
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
+        """Stream a piece of model text to live subscribers (never stored)."""
+        with self._lock:
+            self.deltas.append(Delta(context.session_id, context.run_id, turn_id, text))
+
+    # Memory
+
+    def store_memory(
+        self,
+        *,
+        key: str,
+        value: Any,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by_user: int | None = None,
+        written_by_run: UUID | None = None,
+        written_by_tool_call: UUID | None = None,
+    ) -> MemoryRecord:
+        """Create or update the entry (scope, owner, key); ``expected_version``: see
+        :meth:`_check_version`. Each change is an event in the entry's session's
+        log, or, for another scope, in that of the run that made it."""
+        with self._lock:
+            key = _clean_key(key)
+            scope, owner = _memory_owner(scope, session_id, user_id, agent)
+            log = self._memory_log(session_id, written_by_run)
+            entry = self._memory.get((scope, owner, key))
+            self._check_version(entry, expected_version, scope, key)
+            now = self._clock()
+            writer = _writer(written_by_user, written_by_run, written_by_tool_call)
+            if entry is None:
+                entry = _Entry(
+                    id=uuid.uuid4(),
+                    key=key,
+                    value=_json(value),
+                    scope=scope,
+                    session_id=session_id,
+                    user_id=user_id,
+                    agent=agent,
+                    written_by=writer,
+                    created_at=now,
+                    updated_at=now,
+                )
+                self._memory[(scope, owner, key)] = entry
+                action = "created"
+            else:
+                entry.value, entry.written_by, entry.updated_at = _json(value), writer, now
+                entry.version += 1
+                action = "updated"
+            if log is not None:
+                event = payloads.memory_stored(
+                    entry=entry.id,
+                    key=key,
+                    scope=scope,
+                    version=entry.version,
+                    action=action,
+                    written_by=writer,
+                )
+                self._log(log, event, now, run_id=written_by_run)
+            return _memory_record(entry)
+
+    def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
+        with self._lock:
+            session = self._session(session_id)
+            for scope in MEMORY_RESOLUTION_ORDER:
+                entry = self._memory.get((scope.value, self._scope_owner(scope, session), key))
+                if entry is not None:
+                    return _memory_record(entry)
+            return None
+
+    def memory_keys(
+        self,
+        *,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+    ) -> list[str]:
+        with self._lock:
+            wanted = _memory_owner(scope, session_id, user_id, agent)
+            return sorted(key for (s, o, key) in self._memory if (s, o) == wanted)
+
+    def get_memory(
+        self,
+        *,
+        key: str,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+    ) -> MemoryRecord | None:
+        with self._lock:
+            scope, owner = _memory_owner(scope, session_id, user_id, agent)
+            entry = self._memory.get((scope, owner, key))
+            return _memory_record(entry) if entry is not None else None
+
+    def delete_memory(
+        self,
+        *,
+        key: str,
+        scope: str,
+        session_id: UUID | None = None,
+        user_id: int | None = None,
+        agent: str = "",
+        expected_version: int | None = None,
+        written_by_user: int | None = None,
+        written_by_run: UUID | None = None,
+        written_by_tool_call: UUID | None = None,
+    ) -> bool:
+        """Delete the entry; ``False`` if there is none (whatever the version named)."""
+        with self._lock:
+            key = _clean_key(key)
+            scope, owner = _memory_owner(scope, session_id, user_id, agent)
+            log = self._memory_log(session_id, written_by_run)
+            entry = self._memory.get((scope, owner, key))
+            if entry is None:
+                return False
+            self._check_version(entry, expected_version, scope, key)
+            del self._memory[(scope, owner, key)]
+            if log is not None:
+                self._log(
+                    log,
+                    payloads.memory_deleted(entry=entry.id, key=key, scope=scope),
+                    self._clock(),
+                    run_id=written_by_run,
+                )
+            return True
+
+    # Housekeeping
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` now: every change here is whole once its method returns."""
+        callback()
+
+    @contextmanager
+    def worker(self) -> Iterator[None]:
+        """A worker thread has nothing to open or close here."""
+        yield
+
+    # Lookups
+
+    def _session(self, session_id: UUID) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFound(f"No session {session_id}.")
+        return session
+
+    def _run(self, run_id: UUID) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise NotFound(f"No run {run_id}.")
+        return run
+
+    def _turn(self, turn_id: UUID) -> _Turn:
+        turn = self._turns.get(turn_id)
+        if turn is None:
+            raise NotFound(f"No turn {turn_id}.")
+        return turn
+
+    def _call(self, tool_call_id: UUID) -> _ToolCall:
+        call = self._calls.get(tool_call_id)
+        if call is None:
+            raise NotFound(f"No tool call {tool_call_id}.")
+        return call
+
+    def _runs_of(self, session: _Session) -> list[_Run]:
+        return [self._runs[run_id] for run_id in session.run_ids]
+
+    def _children(self, run: _Run) -> list[_Run]:
+        return [
+            r for r in self._runs_of(self._sessions[run.session_id]) if r.parent_run_id == run.id
+        ]
+
+    def _calls_of(self, run: _Run) -> list[_ToolCall]:
+        turns = [self._turns[turn_id] for _, turn_id in sorted(run.turns.items())]
+        return [
+            self._calls[call_id] for turn in turns for _, call_id in sorted(turn.tool_calls.items())
+        ]
+
+    # The event log
+
+    def _log(
+        self,
+        session: _Session,
+        event: payloads.Event,
+        now: dt.datetime,
+        *,
+        run_id: UUID | None = None,
+    ) -> None:
+        event_type, data = event
+        session.events.append(
+            {
+                "seq": len(session.events) + 1,
+                "type": event_type.value,
+                "run": None if run_id is None else str(run_id),
+                "data": _json(data),
+                "created_at": now.isoformat(),
+            }
+        )
+
+    def _log_run(self, run: _Run, event: payloads.Event, now: dt.datetime) -> None:
+        self._log(self._sessions[run.session_id], event, now, run_id=run.id)
+
+    # Runs: creation and status
+
+    def _add_run(self, run: _Run, decisions: list[Decision]) -> None:
+        """Record a new run in its session, with the events that announce it."""
+        session = self._session(run.session_id)
+        if session.status != SESSION_ACTIVE:
+            raise SessionEnded(f"Session {session.id} has ended; it accepts no new runs.")
+        key = run.idempotency_key
+        if key is not None and any(r.idempotency_key == key for r in self._runs_of(session)):
+            raise DuplicateIdempotencyKey(
+                f"Session {session.id} already has a run with idempotency key {key!r}."
+            )
+        self._runs[run.id] = run
+        session.run_ids.append(run.id)
+        now = run.created_at
+        self._log_run(
+            run,
+            payloads.run_created(
+                agent=run.agent, input=run.input, labels=run.labels, parent_run=run.parent_run_id
+            ),
+            now,
+        )
+        for decision in decisions:
+            self._log_run(
+                run,
+                payloads.policy_decision(
+                    rule=decision.rule, verdict=decision.verdict, reason=decision.reason
+                ),
+                now,
+            )
+        if run.parent_run_id is not None:
+            self._log_run(
+                self._run(run.parent_run_id),
+                payloads.run_child_linked(
+                    child_run=run.id, parent_tool_call=run.parent_tool_call_id
+                ),
+                now,
+            )
+
+    def _move(
+        self, run: _Run, target: RunStatus, now: dt.datetime, *, only_from: RunStatus | None = None
+    ) -> None:
+        """Move a run to ``target`` if its current status leads there (starting and
+        resuming both lead to running, each from one status only)."""
+        allowed = {only_from} if only_from else sources_of(target)
+        if run.status not in allowed:
+            raise IllegalTransition(run.id, run.status, target)
+        run.status, run.updated_at = target, now
+
+    def _run_end(self, run: _Run, status: RunStatus, now: dt.datetime, **changes: Any) -> None:
+        """Move a run to a terminal ``status`` with ``changes``, stop what it left open
+        (agents it called that still work or wait, tool calls still scheduled or
+        running) and record it."""
+        self._move(run, status, now)
+        run.ended_at = now
+        for name, value in changes.items():
+            setattr(run, name, value)
+        if status != RunStatus.COMPLETED:
+            for child in self._children(run):
+                if child.status in OPEN_RUN_STATUSES:
+                    self._cancel_or_flag(child, f"its parent run {run.id} ended {status}", now)
+        for call in self._calls_of(run):
+            if call.status in OPEN_TOOL_CALL_STATUSES:
+                self._end_call(call, ToolCallStatus.CANCELED, now, reason=f"the run {status}")
+        event = payloads.run_ended(
+            status=status,
+            output=run.output,
+            usage=payloads.usage_totals(
+                input_tokens=run.input_tokens, output_tokens=run.output_tokens
+            ),
+            error_kind=run.error_kind,
+            error_message=run.error_message,
+            retryable=run.error_retryable,
+            reason=run.cancel_reason,
+        )
+        self._log_run(run, event, now)
+
+    def _cancel(self, run: _Run, reason: str, now: dt.datetime) -> None:
+        self._run_end(run, RunStatus.CANCELED, now, cancel_reason=reason[:MAX_CANCEL_REASON_LENGTH])
+
+    def _cancel_or_flag(self, run: _Run, reason: str, now: dt.datetime) -> None:
+        """Cancel a run that no loop steps through; flag one a live worker executes,
+        for its loop to cancel at its next step. A finished run stays as it is."""
+        if run.status.is_terminal:
+            return
+        if run.status != RunStatus.RUNNING or not _lease_live(run, now):
+            self._cancel(run, reason, now)
+        elif run.cancel_requested_at is None:
+            run.cancel_requested_at = now
+            run.cancel_reason = reason[:MAX_CANCEL_REASON_LENGTH]
+
+    @staticmethod
+    def _cancel_reason(run: _Run) -> str | None:
+        if run.cancel_requested_at is not None or run.status == RunStatus.CANCELED:
+            return run.cancel_reason or "cancel requested"
+        return None
+
+    def _resume(self, run: _Run, now: dt.datetime, **answered: Any) -> None:
+        """``awaiting_input`` → ``running``: the answer arrived. The run has no worker
+        until one claims it; the wait is added to its paused time."""
+        paused = (now - run.awaiting_since).total_seconds() if run.awaiting_since else 0.0
+        self._move(run, RunStatus.RUNNING, now, only_from=RunStatus.AWAITING_INPUT)
+        run.awaiting, run.awaiting_since = None, None
+        run.paused_seconds += paused
+        run.lease_owner, run.lease_expires_at = "", None
+        self._log_run(run, payloads.run_resumed_after_wait(waited_seconds=paused, **answered), now)
+
+    # Answers from people
+
+    def _waited_call(self, run: _Run, tool_call_id: UUID | None) -> _ToolCall:
+        """The tool call a waiting run waits on, checked against what an answer names."""
+        awaiting = run.awaiting or {}
+        if run.status != RunStatus.AWAITING_INPUT:
+            raise IllegalTransition(run.id, run.status, "answered")
+        if awaiting.get("kind") == "delegated":
+            raise IllegalTransition(
+                run.id,
+                f"waiting for its child run {awaiting.get('child_run')}",
+                "answered here; answer the child run",
+            )
+        waited = UUID(str(awaiting.get("tool_call")))
+        if tool_call_id is not None and tool_call_id != waited:
+            raise IllegalTransition(
+                run.id, f"waiting on tool call {waited}", f"an answer for {tool_call_id}"
+            )
+        return self._calls[waited]
+
+    def _approve_or_deny(
+        self,
+        run: _Run,
+        call: _ToolCall,
+        decision: str,
+        reason: str,
+        decided_by_id: int | None,
+        now: dt.datetime,
+    ) -> None:
+        if decision not in ("approve", "deny"):
+            raise IllegalTransition(run.id, "waiting for approval", f"decision {decision!r}")
+        verdict = "approved" if decision == "approve" else "denied"
+        self._decide_call(call, verdict, reason, decided_by_id, now, record_reason=True)
+        if verdict == "denied":
+            self._end_call(
+                call,
+                ToolCallStatus.DENIED,
+                now,
+                error_kind=ErrorKind.DOMAIN_REJECTION,
+                error_message="Denied" + (f": {reason}" if reason else "."),
+            )
+
+    def _decide_call(
+        self,
+        call: _ToolCall,
+        decision: str,
+        reason: str,
+        decided_by_id: int | None,
+        now: dt.datetime,
+        *,
+        record_reason: bool,
+    ) -> None:
+        """Record what a person decided about a tool call that asked them."""
+        call.decision, call.decision_reason = decision, reason
+        call.decided_by_id, call.decided_at = decided_by_id, now
+        # By name too: the log is read by people who do not know user ids.
+        name = self._users.get(decided_by_id) if self._users and decided_by_id else None
+        event = payloads.tool_call_decided(
+            tool_call=call.id,
+            name=call.name,
+            decision=decision,
+            reason=reason if record_reason else None,
+            decided_by=decided_by_id,
+            decided_by_name=name,
+        )
+        self._log_run(self._runs[call.run_id], event, now)
+
+    # Tool calls
+
+    def _new_call(
+        self,
+        turn_id: UUID,
+        index: int,
+        request: ToolCallRequest,
+        *,
+        requires_approval: bool,
+        start: bool = False,
+    ) -> UUID:
+        turn = self._turn(turn_id)
+        if index in turn.tool_calls:
+            raise IllegalTransition(
+                turn_id, f"already at tool call {index}", f"tool call {index}", what="Turn"
+            )
+        run = self._runs[turn.run_id]
+        now = self._clock()
+        call = _ToolCall(
+            id=uuid.uuid4(),
+            run_id=run.id,
+            turn_id=turn_id,
+            call_id=request.id,
+            index=index,
+            name=request.name,
+            arguments=_json(request.arguments),
+            requires_approval=requires_approval,
+            created_at=now,
+            status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
+            attempt=1 if start else 0,
+            started_at=now if start else None,
+        )
+        self._calls[call.id] = call
+        turn.tool_calls[index] = call.id
+        self._log_run(
+            run,
+            payloads.tool_call_scheduled(
+                tool_call=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                requires_approval=requires_approval,
+            ),
+            now,
+        )
+        if requires_approval:
+            self._log_run(
+                run,
+                payloads.tool_call_approval_requested(
+                    tool_call=call.id, name=call.name, arguments=call.arguments
+                ),
+                now,
+            )
+        if start:
+            self._log_run(
+                run, payloads.tool_call_started(tool_call=call.id, name=call.name, attempt=1), now
+            )
+        return call.id
+
+    def _end_call(
+        self,
+        call: _ToolCall,
+        status: ToolCallStatus,
+        now: dt.datetime,
+        *,
+        result: Any = None,
+        error_kind: str = "",
+        error_message: str = "",
+        reason: str = "",
+        only_from: frozenset[ToolCallStatus] = OPEN_TOOL_CALL_STATUSES,
+    ) -> None:
+        """The one way a tool call ends (succeeded, failed, canceled, denied), from an
+        open status, its duration counted from its start (or, never started, from its
+        creation). :class:`IllegalTransition` if it is not in ``only_from``."""
+        if call.status not in only_from:
+            raise IllegalTransition(call.id, call.status, status, what="Tool call")
+        began = call.started_at or call.created_at
+        duration = max(0, int((now - began).total_seconds() * 1000))
+        call.status, call.ended_at, call.duration_ms = status, now, duration
+        call.error_kind, call.error_message = error_kind, error_message
+        if status == ToolCallStatus.SUCCEEDED:
+            call.result = _json(result)
+            if call.started_at is None:
+                # Answered by a person (a question): the answer was its one attempt.
+                call.started_at = call.created_at
+                call.attempt += 1
+        event = payloads.tool_call_ended(
+            status=status,
+            tool_call=call.id,
+            name=call.name,
+            duration_ms=duration,
+            result=result,
+            error_kind=error_kind,
+            error_message=error_message,
+            reason=reason,
+        )
+        if event is not None:
+            self._log_run(self._runs[call.run_id], event, now)
+
+    # Claiming
+
+    def _context(self, run: _Run, owner: str, *, fresh: bool, now: dt.datetime) -> RunContext:
+        session = self._sessions[run.session_id]
+        started = run.started_at or now
+        elapsed = max(0.0, (now - started).total_seconds() - run.paused_seconds)
+        return RunContext(
+            run_id=run.id,
+            session_id=run.session_id,
+            owner_id=session.owner_id,
+            agent=run.agent,
+            input=run.input,
+            labels=dict(run.labels),
+            history=self._history(session, run) if run.parent_run_id is None else (),
+            policy=_json(run.policy),
+            elapsed_seconds=elapsed,
+            # A run that has just started has recorded nothing to replay.
+            turns=() if fresh else self._turn_states(run),
+            memory=self._memory_facts(session),
+            lease_owner=owner,
+            parent_run_id=run.parent_run_id,
+            depth=self._depth(run),
+        )
+
+    def _history(self, session: _Session, run: _Run) -> tuple[Message, ...]:
+        """The earlier top-level runs of the session that produced an answer, as the
+        conversation a new run continues."""
+        history: list[Message] = []
+        for earlier in self._runs_of(session)[: session.run_ids.index(run.id)]:
+            if earlier.parent_run_id is None and earlier.status == RunStatus.COMPLETED:
+                history.append(Message(role="user", content=earlier.input))
+                history.append(Message(role="assistant", content=earlier.output))
+        return tuple(history)
+
+    def _depth(self, run: _Run) -> int:
+        """How many parent runs stand above ``run`` (0 for a run a person started)."""
+        depth, parent_id = 0, run.parent_run_id
+        while parent_id is not None and depth < MAX_DEPTH_COUNTED:
+            depth += 1
+            parent = self._runs.get(parent_id)
+            parent_id = parent.parent_run_id if parent is not None else None
+        return depth
+
+    def _turn_states(self, run: _Run) -> tuple[TurnState, ...]:
+        states = []
+        for _, turn_id in sorted(run.turns.items()):
+            turn = self._turns[turn_id]
+            calls = [self._calls[call_id] for _, call_id in sorted(turn.tool_calls.items())]
+            states.append(
+                TurnState(
+                    id=turn.id,
+                    index=turn.index,
+                    request_messages=tuple(Message.from_dict(m) for m in turn.request_messages),
+                    ended=turn.ended_at is not None,
+                    response_text=turn.response_text,
+                    response_tool_calls=tuple(
+                        ToolCallRequest.from_dict(c) for c in turn.response_tool_calls
+                    ),
+                    tool_calls=tuple(_call_state(call) for call in calls),
+                )
+            )
+        return tuple(states)
+
+    # Memory
+
+    def _memory_log(self, session_id: UUID | None, run_id: UUID | None) -> _Session | None:
+        """The session whose log records a memory change: the entry's own, or the
+        session of the run that made it. A change made outside any session has none."""
+        if session_id is not None:
+            return self._session(session_id)
+        run = self._runs.get(run_id) if run_id is not None else None
+        return self._sessions[run.session_id] if run is not None else None
+
+    @staticmethod
+    def _check_version(
+        entry: _Entry | None, expected_version: int | None, scope: str, key: str
+    ) -> None:
+        """``None`` writes whatever is there, ``0`` only creates, ``n`` only changes an
+        entry still at version ``n``; any other write is a :class:`MemoryConflict`
+        carrying the entry as it is, and changes nothing."""
+        if expected_version is None:
+            return
+        if entry is None:
+            if expected_version != 0:
+                raise MemoryConflict(f"No {scope} entry {key!r} exists to update.", current=None)
+            return
+        if expected_version != entry.version:
+            raise MemoryConflict(
+                f"The {scope} entry {key!r} is at version {entry.version}, not {expected_version}.",
+                current=_memory_record(entry),
+            )
+
+    @staticmethod
+    def _scope_owner(scope: MemoryScope, session: _Session) -> MemoryOwner:
+        owners: dict[MemoryScope, MemoryOwner] = {
+            MemoryScope.SESSION: session.id,
+            MemoryScope.USER: session.owner_id,
+            MemoryScope.AGENT: session.agent,
+            MemoryScope.GLOBAL: None,
+        }
+        return owners[scope]
+
+    def _memory_facts(self, session: _Session) -> tuple[tuple[str, str, Any], ...]:
+        """Up to :data:`MEMORY_CONTEXT_LIMIT` facts a run in the session starts with,
+        as (scope, key, value), most specific scope first. A key set in a more
+        specific scope hides the same key further out, as resolution does."""
+        facts: dict[str, tuple[str, str, Any]] = {}
+        for scope in MEMORY_RESOLUTION_ORDER:
+            wanted = (scope.value, self._scope_owner(scope, session))
+            entries = sorted(
+                (entry for (s, o, _), entry in self._memory.items() if (s, o) == wanted),
+                key=lambda entry: entry.key,
+            )
+            for entry in entries[:MEMORY_CONTEXT_LIMIT]:
+                facts.setdefault(entry.key, (scope.value, entry.key, _json(entry.value)))
+        return tuple(list(facts.values())[:MEMORY_CONTEXT_LIMIT])
+
+
+__all__ = ["Delta", "DuplicateIdempotencyKey", "InMemoryRunStore"]

@@ -1,0 +1,256 @@
+"""What each event of a session's log says: one builder per event type.
+
+Every writer of the log (the services, the demo seeder, the in-memory store) builds
+its events here, so that an event of a type has the same keys wherever it comes
+from; readers (the API, the live streams, the chat page, the timelines) rely on
+them. Each builder returns ``(type, data)``; ids are strings, as JSON holds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from goaai.runtime.vocabulary import (
+    RUN_END_EVENTS,
+    EventType,
+    RunStatus,
+    ToolCallStatus,
+)
+
+Event = tuple[EventType, dict[str, Any]]
+
+
+def _id(value: UUID | str | None) -> str | None:
+    return None if value is None else str(value)
+
+
+# Sessions
+
+
+def session_created(*, agent: str, title: str, metadata: dict[str, Any]) -> Event:
+    return EventType.SESSION_CREATED, {"agent": agent, "title": title, "metadata": metadata}
+
+
+def session_updated(*, changes: dict[str, Any]) -> Event:
+    return EventType.SESSION_UPDATED, dict(changes)
+
+
+def session_ended(*, ended_at: str, runs_canceled: int) -> Event:
+    return EventType.SESSION_ENDED, {"ended_at": ended_at, "runs_canceled": runs_canceled}
+
+
+# Runs
+
+
+def run_created(
+    *, agent: str, input: str, labels: dict[str, str], parent_run: UUID | None
+) -> Event:
+    return EventType.RUN_CREATED, {
+        "agent": agent,
+        "input": input,
+        "labels": labels,
+        "parent_run": _id(parent_run),
+    }
+
+
+def policy_decision(*, rule: str, verdict: str, reason: str) -> Event:
+    return EventType.POLICY_DECISION, {"rule": rule, "verdict": verdict, "reason": reason}
+
+
+def run_child_linked(*, child_run: UUID, parent_tool_call: UUID | None) -> Event:
+    return EventType.RUN_CHILD_LINKED, {
+        "child_run": str(child_run),
+        "parent_tool_call": _id(parent_tool_call),
+    }
+
+
+def run_started(*, agent: str, worker: str | None = None) -> Event:
+    data: dict[str, Any] = {"agent": agent}
+    if worker is not None:
+        data["worker"] = worker
+    return EventType.RUN_STARTED, data
+
+
+def run_awaiting_input(*, awaiting: dict[str, Any]) -> Event:
+    return EventType.RUN_AWAITING_INPUT, dict(awaiting)
+
+
+def run_resumed_after_wait(*, waited_seconds: float, **answered: Any) -> Event:
+    """The answer a waiting run needed arrived (``answered``: what it was)."""
+    return EventType.RUN_RESUMED, {"waited_seconds": round(waited_seconds, 3), **answered}
+
+
+def run_resumed_by_worker(*, previous_worker: str, worker: str) -> Event:
+    """A worker took over a run whose worker was lost."""
+    return EventType.RUN_RESUMED, {
+        "reason": "worker_lost",
+        "previous_worker": previous_worker,
+        "worker": worker,
+    }
+
+
+def usage_totals(*, input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def run_ended(
+    *,
+    status: RunStatus,
+    output: str = "",
+    usage: dict[str, int] | None = None,
+    error_kind: str = "",
+    error_message: str = "",
+    retryable: bool = False,
+    reason: str = "",
+) -> Event:
+    """The event that announces a run's terminal ``status``."""
+    data: dict[str, Any]
+    if status == RunStatus.COMPLETED:
+        data = {"output": output, "usage": usage or usage_totals(input_tokens=0, output_tokens=0)}
+    elif status == RunStatus.CANCELED:
+        data = {"reason": reason}
+    else:
+        data = {"error": {"kind": error_kind, "message": error_message, "retryable": retryable}}
+    return RUN_END_EVENTS[status], data
+
+
+# Turns
+
+
+def turn_started(*, turn: UUID, index: int, model: str, restarted: bool = False) -> Event:
+    data: dict[str, Any] = {"turn": str(turn), "index": index, "model": model}
+    if restarted:
+        data["restarted"] = True
+    return EventType.TURN_STARTED, data
+
+
+def turn_completed(*, turn: UUID, index: int, tool_calls: int, latency_ms: int) -> Event:
+    return EventType.TURN_COMPLETED, {
+        "turn": str(turn),
+        "index": index,
+        "tool_calls": tool_calls,
+        "latency_ms": latency_ms,
+    }
+
+
+def message_completed(*, turn: UUID, text: str) -> Event:
+    return EventType.MESSAGE_COMPLETED, {"turn": str(turn), "role": "assistant", "text": text}
+
+
+def usage(*, turn: UUID, input_tokens: int, output_tokens: int) -> Event:
+    return EventType.USAGE, {
+        "turn": str(turn),
+        **usage_totals(input_tokens=input_tokens, output_tokens=output_tokens),
+    }
+
+
+# Tool calls
+
+
+def tool_call_scheduled(
+    *, tool_call: UUID, name: str, arguments: dict[str, Any], requires_approval: bool
+) -> Event:
+    return EventType.TOOL_CALL_SCHEDULED, {
+        "tool_call": str(tool_call),
+        "name": name,
+        "arguments": arguments,
+        "requires_approval": requires_approval,
+    }
+
+
+def tool_call_approval_requested(*, tool_call: UUID, name: str, arguments: dict[str, Any]) -> Event:
+    return EventType.TOOL_CALL_APPROVAL_REQUESTED, {
+        "tool_call": str(tool_call),
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def tool_call_started(*, tool_call: UUID, name: str, attempt: int) -> Event:
+    return EventType.TOOL_CALL_STARTED, {
+        "tool_call": str(tool_call),
+        "name": name,
+        "attempt": attempt,
+    }
+
+
+def tool_call_decided(
+    *,
+    tool_call: UUID,
+    name: str,
+    decision: str,
+    reason: str | None,
+    decided_by: int | None,
+    decided_by_name: str | None,
+) -> Event:
+    data: dict[str, Any] = {"tool_call": str(tool_call), "name": name, "decision": decision}
+    if reason is not None:
+        data["reason"] = reason
+    data.update(decided_by=decided_by, decided_by_name=decided_by_name)
+    return EventType.TOOL_CALL_DECIDED, data
+
+
+# The event that says how a tool call ended, by its final status. A denied call
+# has none of its own: its ``tool_call.decided`` says so.
+_TOOL_CALL_END_EVENTS = {
+    ToolCallStatus.SUCCEEDED: EventType.TOOL_CALL_SUCCEEDED,
+    ToolCallStatus.FAILED: EventType.TOOL_CALL_FAILED,
+    ToolCallStatus.CANCELED: EventType.TOOL_CALL_CANCELED,
+}
+
+
+def tool_call_ended(
+    *,
+    status: ToolCallStatus,
+    tool_call: UUID,
+    name: str,
+    duration_ms: int | None,
+    result: Any = None,
+    error_kind: str = "",
+    error_message: str = "",
+    reason: str = "",
+) -> Event | None:
+    """The event for a tool call that reached ``status``, or ``None`` for a denied
+    call (its decision is the event)."""
+    event_type = _TOOL_CALL_END_EVENTS.get(status)
+    if event_type is None:
+        return None
+    data: dict[str, Any] = {"tool_call": str(tool_call), "name": name, "duration_ms": duration_ms}
+    if status == ToolCallStatus.SUCCEEDED:
+        data["result"] = result
+    elif status == ToolCallStatus.FAILED:
+        data["error"] = {"kind": error_kind, "message": error_message}
+    else:
+        data["reason"] = reason
+    return event_type, data
+
+
+# Memory
+
+
+def memory_stored(
+    *,
+    entry: UUID,
+    key: str,
+    scope: str,
+    version: int,
+    action: str,
+    written_by: dict[str, Any],
+) -> Event:
+    return EventType.MEMORY_STORED, {
+        "entry": str(entry),
+        "key": key,
+        "scope": scope,
+        "version": version,
+        "action": action,
+        "written_by": {k: str(v) if isinstance(v, UUID) else v for k, v in written_by.items()},
+    }
+
+
+def memory_deleted(*, entry: UUID, key: str, scope: str) -> Event:
+    return EventType.MEMORY_DELETED, {"entry": str(entry), "key": key, "scope": scope}

@@ -1,0 +1,135 @@
+"""Sessions in the operators' console: each with its runs, its timeline, exports
+and the end action (which stops its runs), so it sits with the runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from goaai.admin_base import (
+    ReadOnlyAdmin,
+    agent_ids,
+    choices_filter,
+    csv_download,
+    date_range_filters,
+    json_download,
+    owner_filter,
+    related_count,
+)
+from runs_app import admin_timeline as timeline
+from runs_app.export import session_document
+from runs_app.models import Run
+from runs_app.sessions import session_end
+from sessions_app.models import Session, SessionStatus
+from sessions_app.services import session_delete
+
+
+class SessionAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "title",
+        "owner",
+        "agent",
+        "status",
+        "run_count",
+        "last_event_seq",
+        "created_at",
+        "ended_at",
+    ]
+    list_filter = [
+        "status",
+        choices_filter("agent", "agent", agent_ids),
+        owner_filter("owner"),
+        *date_range_filters("created_at"),
+        *date_range_filters("ended_at", "ended"),
+    ]
+    search_fields = ["=id", "title", "=owner__username"]
+    list_select_related = ["owner"]
+    ordering = ["-created_at"]
+    actions = ["export_json", "export_csv", "end_sessions"]
+    fields = (
+        "id",
+        "timeline",
+        "owner",
+        "agent",
+        "title",
+        "metadata",
+        "status",
+        "last_event_seq",
+        "created_at",
+        "updated_at",
+        "ended_at",
+        "runs",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        # A correlated count: the database computes it for the page's rows only,
+        # where a join with GROUP BY would aggregate every run of every session.
+        sessions: QuerySet[Session] = super().get_queryset(request)
+        return sessions.annotate(_runs=related_count(Run, "session"))
+
+    @admin.display(description="Runs", ordering="_runs")
+    def run_count(self, obj: Session) -> int:
+        return int(getattr(obj, "_runs", None) or 0)
+
+    @admin.display(description="Timeline")
+    def timeline(self, obj: Session) -> str:
+        url = reverse("admin:sessions_app_session_timeline", args=[obj.pk])
+        return format_html('<a href="{}">Every event of this session, in order</a>', url)
+
+    @admin.display(description="Runs")
+    def runs(self, obj: Session) -> str:
+        url = reverse("admin:runs_app_run_changelist") + f"?session__id__exact={obj.pk}"
+        return format_html('<a href="{}">Runs of this session</a>', url)
+
+    # Deleting a session (and everything under it) is the one removal operators may
+    # make here; it is how a user's request to forget a conversation is honoured.
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def delete_model(self, request: HttpRequest, obj: Session) -> None:
+        session_delete(session_id=obj.pk)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        for session_id in queryset.values_list("id", flat=True):
+            session_delete(session_id=session_id)
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<uuid:session_id>/timeline/",
+                view(timeline.session_timeline),
+                name="sessions_app_session_timeline",
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Export selected sessions as JSON")
+    def export_json(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponse:
+        sessions = queryset.select_related("owner").order_by("created_at")
+        documents = [session_document(session) for session in sessions]
+        return json_download(
+            "sessions.json", {"format": "goaai.sessions.v1", "sessions": documents}
+        )
+
+    @admin.action(description="Export selected sessions as CSV")
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponseBase:
+        columns = ["id", "owner__username", "agent", "title", "status", "metadata"]
+        columns += ["last_event_seq", "created_at", "updated_at", "ended_at"]
+        header = ["owner" if c == "owner__username" else c for c in columns]
+        return csv_download("sessions.csv", queryset.order_by("created_at"), columns, header)
+
+    @admin.action(description="End selected sessions (cancels their runs)")
+    def end_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        active = list(queryset.filter(status=SessionStatus.ACTIVE).values_list("id", flat=True))
+        for session_id in active:
+            session_end(session_id=session_id, reason="ended_by_operator")
+        self.message_user(request, f"Ended {len(active)} session(s).", messages.SUCCESS)

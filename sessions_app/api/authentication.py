@@ -1,0 +1,106 @@
+"""API tokens: ``Authorization: Bearer <token>``."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import AnonymousUser
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from sessions_app.models import ApiToken
+from sessions_app.selectors import api_token_active
+from sessions_app.services import api_token_touch, token_digest
+
+# Tokens are "goa_" plus 43 URL-safe characters; anything much longer is not one.
+MAX_TOKEN_LENGTH = 200
+
+
+def token_user(raw: str) -> tuple[Any, ApiToken] | None:
+    """The user and token a raw token stands for, or ``None`` if it is unknown,
+    revoked or expired (also used by the live streams)."""
+    if not raw or len(raw) > MAX_TOKEN_LENGTH:
+        return None
+    token = api_token_active(digest=token_digest(raw))
+    if token is None:
+        return None
+    api_token_touch(token=token, now=timezone.now())
+    return token.user, token
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """Authenticates integrations by an API token a user created."""
+
+    keyword = "bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.encode():
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("The Authorization header must be 'Bearer <token>'.")
+        try:
+            raw = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("A token contains only ASCII characters.") from None
+        found = token_user(raw)
+        if found is None:
+            raise AuthenticationFailed("The token is unknown, revoked or expired.")
+        return found
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes an unauthenticated request a 401 (with this challenge), not a 403.
+        return 'Bearer realm="goaai"'
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Describes API tokens in the OpenAPI schema."""
+
+    target_class = BearerTokenAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token from POST /api/v1/auth/tokens/.",
+        }
+
+
+class WebSocketTokenMiddleware:
+    """Lets non-browser WebSocket clients authenticate with an API token, given as
+    ``Authorization: Bearer <token>`` or ``?token=<token>``; it takes precedence over
+    the session cookie. A token that does not work leaves the connection anonymous
+    (it is then closed with 4401)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        raw = _websocket_token(scope)
+        if raw is not None:
+            found = await database_sync_to_async(token_user)(raw)
+            scope = {
+                **scope,
+                "user": found[0] if found else AnonymousUser(),
+                # The consumer listens for the token's revocation and closes then.
+                "api_token_id": found[1].pk if found else None,
+            }
+        return await self.inner(scope, receive, send)
+
+
+def _websocket_token(scope: dict[str, Any]) -> str | None:
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, credentials = value.decode("latin1").partition(" ")
+            if scheme.lower() == "bearer":
+                return credentials.strip()
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
+    tokens: list[str] = query.get("token", [])
+    return tokens[0] if tokens else None

@@ -1,0 +1,162 @@
+"""Writing a session's event log: sequence numbers that never repeat or skip.
+
+Every service that changes a session, its runs, turns, tool calls or memory does it
+inside :func:`recording`, which
+
+1. opens a transaction (``transaction.atomic()``, joining the caller's if there is
+   one) and locks the session row first, so that every writer takes its locks in
+   the same order and concurrent writers cannot deadlock,
+2. lets the service make its change and add the events that describe it,
+3. numbers those events from the session's counter and inserts them, in the same
+   transaction as the change, and
+4. publishes them to live subscribers with ``transaction.on_commit``: only once
+   the outermost transaction has committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from goaai import sql
+from goaai.runtime.errors import NotFound
+from sessions_app.models import RunEvent, Session
+from sessions_app.publisher import publish_events
+
+
+class EventBatch:
+    """The events of one transaction of one session, numbered on flush, and what
+    the transaction found of the session when it locked it."""
+
+    __slots__ = (
+        "last_seq",
+        "now",
+        "pending",
+        "reserved",
+        "session_agent",
+        "session_id",
+        "session_owner_id",
+        "session_status",
+    )
+
+    def __init__(
+        self,
+        *,
+        session_id: UUID,
+        last_seq: int,
+        reserved: int,
+        session_status: str,
+        session_owner_id: int,
+        session_agent: str,
+    ) -> None:
+        self.session_id = session_id
+        # The session's counter as this transaction found it, and what it reserved.
+        self.last_seq = last_seq
+        self.reserved = reserved
+        self.session_status = session_status
+        self.session_owner_id = session_owner_id
+        self.session_agent = session_agent
+        self.pending: list[RunEvent] = []
+        # The step's time, for the timestamps its rows carry.
+        self.now: dt.datetime = timezone.now()
+
+    def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
+        self.pending.append(
+            RunEvent(session_id=self.session_id, run_id=run_id, type=type, data=data)
+        )
+
+    def flush(self) -> list[RunEvent]:
+        """Number and insert the pending events, and return them (as written: they
+        carry no primary key)."""
+        events, self.pending = self.pending, []
+        count = len(events)
+        if count != self.reserved:
+            # Fewer or more events than reserved: move the counter by the difference,
+            # so that it ends exactly at the last event written (no gap).
+            Session.objects.filter(pk=self.session_id).update(
+                last_event_seq=F("last_event_seq") + (count - self.reserved)
+            )
+        self.reserved = 0
+        if not count:
+            return []
+        now = self.now
+        for position, event in enumerate(events, start=self.last_seq + 1):
+            event.seq, event.created_at = position, now
+        sql.insert_events(RunEvent, events)
+        self.last_seq += count
+        owner_id = self.session_owner_id
+        transaction.on_commit(lambda: publish_events(events, owner_id))
+        return events
+
+
+class recording:
+    """A transaction on one session whose events are numbered and stored on exit;
+    entering it gives the :class:`EventBatch`.
+
+    It starts by moving the session's event counter by ``expect`` (the number of
+    events the caller will add, when it knows): that one statement both locks the
+    session row and reserves the numbers. :class:`NotFound` if there is no session.
+    """
+
+    __slots__ = ("atomic", "batch", "expect", "session_id")
+
+    def __init__(self, session_id: UUID, *, expect: int = 0) -> None:
+        self.session_id = session_id if type(session_id) is UUID else UUID(str(session_id))
+        self.expect = expect
+        self.atomic = transaction.atomic()
+
+    def __enter__(self) -> EventBatch:
+        self.atomic.__enter__()
+        try:
+            found = sql.reserve_event_numbers(Session, self.session_id, self.expect)
+            if found is None:
+                raise NotFound(f"No session {self.session_id}.")
+        except BaseException as error:
+            self.atomic.__exit__(type(error), error, error.__traceback__)
+            raise
+        counter, status, owner_id, agent = found
+        self.batch = EventBatch(
+            session_id=self.session_id,
+            last_seq=counter - self.expect,
+            reserved=self.expect,
+            session_status=status,
+            session_owner_id=owner_id,
+            session_agent=agent,
+        )
+        return self.batch
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            try:
+                self.batch.flush()
+            except BaseException as error:
+                self.atomic.__exit__(type(error), error, error.__traceback__)
+                raise
+        self.atomic.__exit__(exc_type, exc, traceback)
+
+
+def event_append(
+    *, session_id: UUID, type: str, data: dict[str, Any], run_id: UUID | None = None
+) -> RunEvent:
+    """Append one event to a session's log with the next sequence number; returns
+    it as stored."""
+    with recording(session_id, expect=1) as batch:
+        batch.add(type, data, run_id=run_id)
+        (event,) = batch.flush()
+    return RunEvent.objects.get(session_id=event.session_id, seq=event.seq)
+
+
+def events_after(*, session_id: UUID, after: int = 0, limit: int = 1000) -> QuerySet[RunEvent]:
+    """The session's events with ``seq > after``, oldest first."""
+    return RunEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq")[:limit]

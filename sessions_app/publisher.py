@@ -1,0 +1,206 @@
+"""Live delivery of a session's committed events, and of the other messages live
+subscribers get (streamed model text, a revoked token, a deleted session).
+
+Nothing here writes to the database: the event log (:mod:`sessions_app.eventlog`)
+hands events over once their transaction has committed, and a subscriber that
+misses a message catches up from the database by sequence number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from typing import Any
+from uuid import UUID
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
+from sessions_app.models import RunEvent
+
+logger = logging.getLogger(__name__)
+
+
+def session_group(session_id: UUID | str) -> str:
+    """The channel-layer group of a session's live subscribers."""
+    return f"session.{(session_id if type(session_id) is UUID else UUID(str(session_id))).hex}"
+
+
+def user_group(user_id: int) -> str:
+    """The channel-layer group of one user's session-list subscribers."""
+    return f"user.{int(user_id)}"
+
+
+class _Publisher:
+    """Hands committed events to the channel layer, in commit order, off the run's
+    worker thread: a slow or unreachable layer never slows a run, and subscribers
+    that miss a message catch up from the database by sequence number.
+
+    The in-memory layer (the embedded default) keeps asyncio queues that belong to
+    the server's event loop (which subscribers register with :meth:`attach_loop`):
+    its messages go straight onto that loop, in order, one thread hop from the
+    commit. Other layers (Redis) are sent to from one background thread with its
+    own loop, fed by a queue.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+        # In-memory deliveries not finished yet (see drain()).
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Deliver in-memory messages on ``loop``, where the subscribers wait."""
+        self._server_loop = loop
+
+    @staticmethod
+    def listened(group: str) -> bool:
+        """Whether anyone may be subscribed to ``group``. The in-memory layer (the
+        embedded default) knows its groups; with any other layer, assume so."""
+        layer = get_channel_layer()
+        if layer is None:
+            return False
+        # Only the in-memory layer is asked for its groups: RedisPubSubChannelLayer
+        # answers attributes through the running loop's layer, and a committing
+        # thread has none.
+        return not isinstance(layer, InMemoryChannelLayer) or group in layer.groups
+
+    def send(self, group: str, message: dict[str, Any] | tuple[list[RunEvent], int | None]) -> None:
+        layer = get_channel_layer()
+        if isinstance(layer, InMemoryChannelLayer):
+            server = self._server_loop
+            if server is not None and not server.is_closed():
+                server.call_soon_threadsafe(self._deliver_in_memory, layer, group, message)
+            return
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="goaai-publisher", daemon=True
+                    )
+                    self._thread.start()
+        self._queue.put((group, message))
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            group, item = self._queue.get()
+            if isinstance(item, dict) and item.get("type") == "_drain":
+                item["done"].set()
+                continue
+            layer = get_channel_layer()
+            if layer is None:
+                continue
+            for target, message in self._messages(group, item):
+                try:
+                    self._deliver(loop, layer, target, message)
+                except Exception:
+                    logger.exception("Publishing to %s failed", target)
+
+    @staticmethod
+    def _messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
+        if not isinstance(item, tuple):
+            return [(group, item)]
+        # Formatting happens here, off the run's worker thread.
+        events, owner_id = item
+        formatted = [event.as_dict() for event in events]
+        messages: list[tuple[str, dict[str, Any]]] = [
+            (group, {"type": "session.events", "events": formatted})
+        ]
+        if owner_id is not None:
+            session = str(events[0].session_id)
+            messages += [
+                (user_group(owner_id), {"type": "user.change", "event": {**e, "session": session}})
+                for e in formatted
+                if e["type"] in SESSION_LIST_EVENT_TYPES
+            ]
+        return messages
+
+    @staticmethod
+    def _deliver(
+        loop: asyncio.AbstractEventLoop, layer: Any, group: str, message: dict[str, Any]
+    ) -> None:
+        loop.run_until_complete(layer.group_send(group, message))
+
+    def _deliver_in_memory(self, layer: InMemoryChannelLayer, group: str, item: Any) -> None:
+        # On the server's loop; callbacks run in the order they were handed over, and
+        # each task they start is queued behind the one before.
+        for target, message in self._messages(group, item):
+            if target in layer.groups:
+                task = asyncio.ensure_future(layer.group_send(target, message))
+                self._inflight.add(task)
+                task.add_done_callback(self._delivered)
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("Publishing to the in-memory layer failed", exc_info=task.exception())
+
+    async def _settle(self) -> None:
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+    def drain(self, timeout: float = 5.0) -> None:
+        """Wait until everything handed over so far was sent (for tests and
+        shutdown). Called on the server's own loop it cannot wait, and returns."""
+        server = self._server_loop
+        if server is not None and server.is_running():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not server:
+                # Runs after every delivery handed over before it (FIFO callbacks).
+                settled = asyncio.run_coroutine_threadsafe(self._settle(), server)
+                with contextlib.suppress(TimeoutError):
+                    settled.result(timeout)
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put(("", {"type": "_drain", "done": done}))
+        done.wait(timeout)
+
+
+publisher = _Publisher()
+
+
+def publish_events(events: list[RunEvent], owner_id: int | None = None) -> None:
+    """Queue committed events for the session's live subscribers, and the ones a
+    session list shows for the owner's (``owner_id``) stream of changes."""
+    if not events:
+        return
+    group = session_group(events[0].session_id)
+    to_owner = owner_id is not None and publisher.listened(user_group(owner_id))
+    if to_owner or publisher.listened(group):
+        publisher.send(group, (events, owner_id if to_owner else None))
+
+
+def token_group(token_id: UUID | str) -> str:
+    """The group of the live streams an API token opened (told when it is revoked)."""
+    return f"token.{UUID(str(token_id)).hex}"
+
+
+def publish_to(group: str, message: dict[str, Any]) -> None:
+    """Queue one message for a group's subscribers, if it may have any."""
+    if publisher.listened(group):
+        publisher.send(group, message)
+
+
+def publish_user_change(owner_id: int, event: dict[str, Any]) -> None:
+    """Queue a change that is not in any session's log (a deleted session) for the
+    owner's stream of changes."""
+    publish_to(user_group(owner_id), {"type": "user.change", "event": event})
+
+
+def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:
+    """Queue a piece of streamed model text for live subscribers; it is never stored."""
+    group = session_group(session_id)
+    if publisher.listened(group):
+        publisher.send(
+            group, {"type": "run.delta", "run": str(run_id), "turn": str(turn_id), "text": text}
+        )

@@ -1,0 +1,191 @@
+// The transcript's exchanges: the user's message, the answer (one buffer per turn),
+// the line saying what the run is doing with its list of steps, and its error. A
+// child run (an agent asked by another) is drawn inside its parent.
+import { copyButton } from "./clipboard.js";
+import { $, el, uid } from "./dom.js";
+import { formatDuration, formatTime } from "./format.js";
+import { TERMINAL, answerText, answerWithTools, config, state, stateChanged, waitingFor } from "./state.js";
+
+const transcript = $("#transcript");
+
+/** The run with this id, drawn the first time it is named. */
+export function ensureRun(runId, info = {}) {
+  let run = state.runs.get(runId);
+  if (run) {
+    if (info.input !== undefined && !run.input) setRunInput(run, info.input);
+    return run;
+  }
+  const parentRun = info.parentRun || null;
+  run = {
+    id: runId,
+    parentRun,
+    agent: info.agent || config.session.agent,
+    input: "",
+    labels: info.labels || {},
+    status: "pending",
+    activity: "",
+    awaiting: null,
+    usage: { input_tokens: 0, output_tokens: 0, total_tokens: 0 },
+    startedAt: null,
+    endedAt: null,
+    output: "",
+    error: null,
+    messages: [],
+    lastGroup: null,
+  };
+  const stepsId = uid("steps");
+  run.statusText = el("span", { class: "run-status-text" });
+  run.statusButton = el(
+    "button",
+    { type: "button", class: "run-status", "aria-expanded": "false", "aria-controls": stepsId, "data-testid": "run-status", title: "Show the steps" },
+    el("span", { class: "spinner", "aria-hidden": "true" }),
+    run.statusText,
+  );
+  run.steps = el("ol", { class: "run-steps", id: stepsId, hidden: true, "data-testid": "run-steps" });
+  run.statusButton.addEventListener("click", () => {
+    const open = run.statusButton.getAttribute("aria-expanded") !== "true";
+    run.statusButton.setAttribute("aria-expanded", String(open));
+    run.steps.hidden = !open;
+  });
+  run.usageText = el("span", { class: "run-usage muted", "data-testid": "run-usage" });
+  run.body = el("div", { class: "run-body" });
+  run.errorBox = el("div", { class: "run-error", role: "alert", hidden: true, "data-testid": "run-error" });
+  run.actions = el("span", { class: "run-actions" });
+  const statusRow = el("div", { class: "run-status-row" }, run.statusButton, run.usageText, run.actions);
+  run.inputText = el("div", { class: "msg-text" });
+  if (parentRun) {
+    run.el = el(
+      "div",
+      { class: "run run-child", id: `run-${runId}`, dataset: { runId }, "data-testid": "child-run" },
+      el("p", { class: "child-head" }, el("span", { class: "agent-tag" }, run.agent), " was asked: ", run.inputText),
+      run.body,
+      run.errorBox,
+      statusRow,
+      run.steps,
+    );
+    const parent = ensureRun(parentRun);
+    // Placed under the parent until run.child_linked names the tool call it answers.
+    appendSegment(parent, run.el);
+  } else {
+    run.actions.append(
+      copyButton(() => answerText(run), "Copy"),
+      copyButton(() => answerWithTools(run), "Copy with tools"),
+    );
+    run.el = el(
+      "article",
+      { class: "run", id: `run-${runId}`, dataset: { runId }, "data-testid": "run", "aria-label": "Exchange" },
+      el("div", { class: "msg msg-user", "data-testid": "user-message" }, el("span", { class: "sr-only" }, "You said: "), run.inputText),
+      el(
+        "div",
+        { class: "assistant-block" },
+        el("div", { class: "agent-avatar", "aria-hidden": "true" }, "◆"),
+        el("div", { class: "assistant-content" }, el("span", { class: "sr-only" }, `${run.agent} answered: `), run.body, run.errorBox, statusRow, run.steps),
+      ),
+    );
+    transcript.append(run.el);
+    $('[data-role="intro"]', transcript).hidden = true;
+  }
+  state.runs.set(runId, run);
+  if (info.input !== undefined) setRunInput(run, info.input);
+  renderRun(run);
+  return run;
+}
+
+function setRunInput(run, input) {
+  run.input = input;
+  run.inputText.textContent = input;
+}
+
+function appendSegment(run, node) {
+  run.body.append(node);
+  run.lastGroup = null;
+}
+
+/** A line in the run's step list. */
+export function step(run, text, at, kind = "") {
+  run.steps.append(el("li", { class: kind ? `step step-${kind}` : "step" }, el("time", { datetime: at || "" }, formatTime(at)), " ", text));
+}
+
+function statusLine(run) {
+  if (run.status === "running" && state.interrupted.has(run.id)) {
+    return "Interrupted by a server restart. It continues when the engine picks it up…";
+  }
+  switch (run.status) {
+    case "pending":
+      return "Queued…";
+    case "running":
+      if (state.stopping.has(run.id)) return "Stopping…";
+      return run.activity || "Thinking…";
+    case "awaiting_input": {
+      const waiting = waitingFor(run);
+      const kind = waiting ? waiting.kind : run.awaiting && run.awaiting.kind;
+      const by = waiting && waiting.run !== run ? ` (the ${waiting.run.agent} agent asks)` : "";
+      if (kind === "question") return `Waiting for your answer${by}`;
+      if (kind === "approval") return `Waiting for your approval${by}`;
+      return "Waiting for the agent it asked";
+    }
+    case "completed": {
+      const duration = run.startedAt && run.endedAt ? ` in ${formatDuration(new Date(run.endedAt) - new Date(run.startedAt))}` : "";
+      return `Done${duration}`;
+    }
+    case "failed":
+      return "Failed";
+    case "canceled":
+      return "Stopped";
+    case "timed_out":
+      return "Timed out";
+    default:
+      return run.status;
+  }
+}
+
+/** Redraws the run's status line, usage and copy buttons, then its parent's. */
+export function renderRun(run) {
+  run.el.dataset.status = run.status;
+  run.el.classList.toggle("is-interrupted", state.interrupted.has(run.id) && run.status === "running");
+  run.statusText.textContent = statusLine(run);
+  const u = run.usage;
+  run.usageText.textContent = u.total_tokens ? `${u.total_tokens.toLocaleString()} tokens (${u.input_tokens.toLocaleString()} in · ${u.output_tokens.toLocaleString()} out)` : "";
+  run.actions.hidden = !TERMINAL.has(run.status) || !answerText(run);
+  if (run.parentRun && state.runs.has(run.parentRun)) renderRun(state.runs.get(run.parentRun));
+  else if (state.caughtUp) stateChanged(); // once, at caught_up, while replaying history
+}
+
+/** The error of a failed or timed-out run, with Retry (composer.js sends it). */
+export function showRunError(run) {
+  const error = run.error || {};
+  const title = run.status === "timed_out" ? "The run ran out of time." : "The run failed.";
+  const box = run.errorBox;
+  box.replaceChildren(
+    el("p", { class: "run-error-title" }, el("strong", {}, title), error.kind ? ` (${error.kind})` : ""),
+    el("p", { class: "run-error-message" }, error.message || "No reason was given."),
+  );
+  if (!run.parentRun && run.input) {
+    box.append(
+      el(
+        "button",
+        { type: "button", class: "button button-small", dataset: { action: "retry", runId: run.id }, "data-testid": "retry-button" },
+        error.retryable ? "Retry (it may work now)" : "Retry",
+      ),
+    );
+  }
+  box.hidden = false;
+}
+
+/** The answer of one turn: deltas fill it, message.completed replaces it. */
+export function turnMessage(run, turnId) {
+  let message = state.turns.get(turnId);
+  if (message) return message;
+  const text = el("div", { class: "msg-text" });
+  message = { text: "", completed: false, textEl: text };
+  message.el = el("div", { class: "msg msg-assistant is-streaming", dataset: { turnId }, "data-testid": "assistant-message" }, text);
+  state.turns.set(turnId, message);
+  run.messages.push(message);
+  appendSegment(run, message.el);
+  return message;
+}
+
+export function setMessageText(message, text) {
+  message.text = text;
+  message.textEl.textContent = text;
+}

@@ -1,0 +1,129 @@
+"""The event log's transactions are Django's: ``atomic`` nests, and what leaves the
+transaction (live delivery) happens only once the outermost one has committed, on
+SQLite and on PostgreSQL alike."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from goaai.runtime.vocabulary import EventType
+from runs_app import services as run_services
+from sessions_app import eventlog
+from sessions_app.eventlog import event_append, recording
+from sessions_app.models import RunEvent, Session
+from tests.factories import SessionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _from_another_connection(read: Callable[[], Any]) -> Any:
+    """``read()`` on a connection of its own: it sees only what has committed."""
+    seen: list[Any] = []
+
+    def reader() -> None:
+        try:
+            seen.append(read())
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=reader)
+    worker.start()
+    worker.join(10)
+    return seen[0]
+
+
+def _committed_events(session_id: Any) -> int:
+    return RunEvent.objects.filter(session_id=session_id).count()
+
+
+def test_on_commit_callbacks_run_once_the_step_has_committed():
+    session = SessionFactory()
+    seen: list[int] = []
+
+    with recording(session.id, expect=1) as batch:
+        batch.add(EventType.POLICY_DECISION, {"rule": "r", "verdict": "allow", "reason": ""})
+        transaction.on_commit(
+            lambda: seen.append(_from_another_connection(lambda: _committed_events(session.id)))
+        )
+        # Not yet: the step has not committed.
+        assert seen == []
+
+    assert seen == [1]
+
+
+def test_live_delivery_happens_after_the_commit_and_sees_the_rows(monkeypatch):
+    session = SessionFactory()
+    delivered: list[tuple[list[int], int]] = []
+
+    def publish(events: list[RunEvent], owner_id: int | None = None) -> None:
+        visible = _from_another_connection(lambda: _committed_events(session.id))
+        delivered.append(([event.seq for event in events], visible))
+
+    monkeypatch.setattr(eventlog, "publish_events", publish)
+
+    run = run_services.run_create(session_id=session.id, agent="assistant", input="hi")
+    run_services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
+
+    assert delivered == [([1], 1), ([2], 2)]
+
+
+def test_a_step_inside_an_outer_transaction_publishes_after_the_outer_commit(monkeypatch):
+    session = SessionFactory()
+    delivered: list[list[int]] = []
+    monkeypatch.setattr(
+        eventlog,
+        "publish_events",
+        lambda events, owner_id=None: delivered.append([e.seq for e in events]),
+    )
+
+    with transaction.atomic():
+        event_append(session_id=session.id, type=EventType.USAGE, data={})
+        event_append(session_id=session.id, type=EventType.USAGE, data={})
+        assert delivered == []
+
+    assert delivered == [[1], [2]]
+
+
+def test_an_outer_rollback_takes_the_events_and_their_delivery_with_it(monkeypatch):
+    session = SessionFactory()
+    delivered: list[list[int]] = []
+    monkeypatch.setattr(
+        eventlog,
+        "publish_events",
+        lambda events, owner_id=None: delivered.append([e.seq for e in events]),
+    )
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        event_append(session_id=session.id, type=EventType.USAGE, data={})
+        raise Undo
+
+    assert delivered == []
+    assert _committed_events(session.id) == 0
+    assert Session.objects.get(pk=session.id).last_event_seq == 0
+
+
+def test_a_nested_atomic_block_inside_a_step_is_a_savepoint():
+    session = SessionFactory()
+
+    class Skip(Exception):
+        pass
+
+    with recording(session.id) as batch:
+        batch.add(EventType.USAGE, {"kept": True})
+        with pytest.raises(Skip), transaction.atomic():
+            Session.objects.filter(pk=session.id).update(title="rolled back")
+            raise Skip
+
+    title = session.title
+    session.refresh_from_db()
+    assert session.title == title
+    assert [e.data for e in RunEvent.objects.filter(session=session)] == [{"kept": True}]
+    assert not connection.in_atomic_block
