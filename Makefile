@@ -55,7 +55,7 @@ typecheck: install
 # at it or in CI, where a missing server must fail the build rather than skip.
 pytest: install browser
 	env -u DATABASE_URL $(PY) manage.py makemigrations --check --dry-run
-	env -u DJANGO_SETTINGS_MODULE $(VENV)/bin/pytest -p no:django --confcutdir=tests/runtime_core tests/runtime_core
+	env -u DJANGO_SETTINGS_MODULE $(VENV)/bin/pytest -p no:django -W ignore::pytest.PytestConfigWarning --confcutdir=tests/runtime_core tests/runtime_core
 	env -u DATABASE_URL $(VENV)/bin/pytest
 
 pytest-postgres: install

@@ -82,15 +82,16 @@ class Bench:
 
     def write_event(self, index: int) -> int:
         """goaai's path: one event recorded in its own transaction; returns its seq."""
+        from django.db import transaction
+
         from sessions_app.eventlog import recording
 
         with recording(self.session_id, expect=1) as batch:
             batch.add("memory.stored", {"key": f"k{index}", "scope": "session", "version": 1})
             seq = batch.last_seq + 1
-            # Runs right after COMMIT, before the publishing callback flush() adds.
-            batch.after_commit.append(
-                lambda: self.commit_time.__setitem__(seq, time.perf_counter())
-            )
+            # Runs right after COMMIT, before the publishing callback that the
+            # batch's flush registers on leaving the block.
+            transaction.on_commit(lambda: self.commit_time.__setitem__(seq, time.perf_counter()))
         return seq
 
     def arrived(self, key: tuple[str, int]) -> None:

@@ -12,6 +12,10 @@ and query-count tests see them like any other query:
 - :func:`insert_events`: the step's events, in one statement. Every step of every
   run writes events; ``bulk_create`` costs about twice this statement on a small
   machine (bench/recording.py), for rows whose every value is known.
+- :func:`turn_of` and :func:`tool_call_of`: what a step of the turn loop reads of
+  the record it changes (its run, a few columns). A queryset costs more to build
+  than the step's whole write (bench/recording.py); these are one indexed probe
+  each.
 - :func:`memory_resolve_row` and :func:`memory_context_rows`: a run's memory reads,
   one indexed probe per scope in one statement, which the ORM cannot express.
 - :func:`delete_rows`: set-based deletes for retention, where the ORM's collector
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 
 def _table(model: type[models.Model]) -> str:
@@ -64,27 +68,51 @@ def aware(value: Any) -> dt.datetime:
 # The event log
 
 
+_RESERVE = (
+    "UPDATE {sessions} SET last_event_seq = last_event_seq + %s WHERE id = {which} "
+    "RETURNING id, last_event_seq, status, owner_id, agent"
+)
+
+
 @functools.cache
-def _reserve_sql(table: str) -> str:
-    return (
-        f"UPDATE {table} SET last_event_seq = last_event_seq + %s WHERE id = %s "  # noqa: S608
-        "RETURNING last_event_seq, status, owner_id, agent"
-    )
+def _reserve_sql(session_model: type[models.Model], of: type[models.Model] | None) -> str:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    sessions = quote(session_model._meta.db_table)
+    if of is None or of is session_model:
+        which = "%s"
+    elif any(f.name == "session" for f in of._meta.concrete_fields):
+        which = f"(SELECT session_id FROM {quote(of._meta.db_table)} WHERE id = %s)"  # noqa: S608
+    else:
+        # A row of a run (a turn): its session is its run's.
+        run_model = of._meta.get_field("run").related_model
+        if not (isinstance(run_model, type) and issubclass(run_model, models.Model)):
+            raise TypeError(f"{of.__name__} belongs to no session.")
+        which = (
+            f"(SELECT r.session_id FROM {quote(of._meta.db_table)} t "  # noqa: S608
+            f"JOIN {quote(run_model._meta.db_table)} r ON r.id = t.run_id WHERE t.id = %s)"
+        )
+    return _RESERVE.format(sessions=sessions, which=which)
 
 
 def reserve_event_numbers(
-    session_model: type[models.Model], session_id: UUID, count: int
-) -> tuple[int, str, int, str] | None:
-    """Lock the session row and move its event counter by ``count``; returns the
-    counter after the move, the session's status, owner id and agent, or ``None``
-    when there is no such session. Call it inside ``transaction.atomic()``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _reserve_sql(_table(session_model)),
-            [count, _prep(session_model, "id", session_id)],
-        )
+    session_model: type[models.Model],
+    pk: UUID,
+    count: int,
+    *,
+    of: type[models.Model] | None = None,
+) -> tuple[UUID, int, str, int, str] | None:
+    """Lock a session row and move its event counter by ``count``; returns the
+    session's id, its counter after the move, its status, owner id and agent, or
+    ``None`` when there is no such session. ``pk`` is the session's, or with ``of``
+    the id of a row of that model in the session (a run, a tool call, a turn): the
+    step then finds its session in the same statement. Call it inside
+    ``transaction.atomic()``."""
+    db = connections[DEFAULT_DB_ALIAS]
+    param = pk if db.features.has_native_uuid_field else pk.hex
+    with db.cursor() as cursor:
+        cursor.execute(_reserve_sql(session_model, of), [count, param])
         row = cursor.fetchone()
-    return None if row is None else (row[0], row[1], row[2], row[3])
+    return None if row is None else (uuid_of(row[0]), row[1], row[2], row[3], row[4])
 
 
 _EVENT_COLUMNS = ("session_id", "run_id", "seq", "type", "data", "created_at")
@@ -120,18 +148,93 @@ def insert_events(event_model: type[models.Model], events: Sequence[models.Model
             cursor.execute(sql, [value for row in rows for value in row])
 
 
-# Memory
-
-
-# What a resolved read returns, in MemoryRecord's order.
-_RESOLVE_COLUMNS = (
-    "id, key, value, scope, session_id, user_id, agent, version, updated_at, expires_at"
-)
+# What the turn loop's steps read of the record they change
 
 
 @functools.cache
-def _resolve_sql(vendor: str, entries: str, sessions: str) -> str:
-    live = "(expires_at IS NULL OR expires_at > %(now)s)"
+def _probe_sql(template: str, *models_: type[models.Model]) -> str:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    return template.format(*(quote(model._meta.db_table) for model in models_))
+
+
+def _probe(sql: str, value: Any) -> tuple[Any, ...] | None:
+    db = connections[DEFAULT_DB_ALIAS]
+    param = value if db.features.has_native_uuid_field else value.hex
+    with db.cursor() as cursor:
+        cursor.execute(sql, [param])
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+def turn_of(
+    turn_model: type[models.Model], run_model: type[models.Model], turn_id: UUID
+) -> tuple[UUID, UUID, int, str] | None:
+    """(run, session, index, model) of a turn, or ``None``."""
+    sql = _probe_sql(
+        'SELECT t.run_id, r.session_id, t."index", t.model FROM {} t JOIN {} r ON r.id = t.run_id '
+        "WHERE t.id = %s",
+        turn_model,
+        run_model,
+    )
+    row = _probe(sql, turn_id)
+    return None if row is None else (uuid_of(row[0]), uuid_of(row[1]), row[2], row[3])
+
+
+def tool_call_of(
+    call_model: type[models.Model], call_id: UUID
+) -> tuple[UUID, UUID, str, str, int, dt.datetime, dt.datetime | None] | None:
+    """(run, session, name, status, attempt, created_at, started_at) of a tool call,
+    or ``None``."""
+    sql = _probe_sql(
+        "SELECT run_id, session_id, name, status, attempt, created_at, started_at FROM {} "
+        "WHERE id = %s",
+        call_model,
+    )
+    row = _probe(sql, call_id)
+    if row is None:
+        return None
+    run, session, name, status, attempt, created, started = row
+    return (
+        uuid_of(run),
+        uuid_of(session),
+        name,
+        status,
+        attempt,
+        aware(created),
+        None if started is None else aware(started),
+    )
+
+
+# Memory
+
+
+# What a resolved read returns, in MemoryRecord's order. SQLite gives its
+# timestamps as the text it stores (Django's converter for a datetime column costs
+# as much as the rest of the read).
+_RESOLVE_COLUMNS = (
+    "id, key, value, scope, session_id, user_id, agent, version, updated_at, expires_at"
+)
+_SQLITE_RESOLVE_COLUMNS = (
+    "id, key, value, scope, session_id, user_id, agent, version, "
+    "CAST(updated_at AS TEXT), CAST(expires_at AS TEXT)"
+)
+# "Now", by the database's wall clock (not the transaction's start): every server
+# process compares expiry with one clock, and the statement needs no parameter for
+# it. SQLite's text has the milliseconds of the microseconds it stores.
+_NOW = {
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
+    "postgresql": "clock_timestamp()",
+}
+
+
+@functools.cache
+def _resolve_sql(
+    entry_model: type[models.Model], session_model: type[models.Model], vendor: str
+) -> str:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    entries = quote(entry_model._meta.db_table)
+    sessions = quote(session_model._meta.db_table)
+    live = f"(expires_at IS NULL OR expires_at > {_NOW[vendor]})"
     # The owner and agent come from the session row itself, so a deleted session
     # resolves to nothing, in every process.
     owner = f"(SELECT owner_id FROM {sessions} WHERE id = %(session)s)"  # noqa: S608
@@ -147,7 +250,8 @@ def _resolve_sql(vendor: str, entries: str, sessions: str) -> str:
         # SQLite evaluates COALESCE lazily: the scopes are probed in order and the
         # first hit ends the search.
         probes = ",\n".join(f"(SELECT rowid FROM {entries} WHERE {where})" for where in branches)  # noqa: S608
-        return f"SELECT {_RESOLVE_COLUMNS} FROM {entries} WHERE rowid = COALESCE({probes})"  # noqa: S608
+        columns = _SQLITE_RESOLVE_COLUMNS
+        return f"SELECT {columns} FROM {entries} WHERE rowid = COALESCE({probes})"  # noqa: S608
     union = " UNION ALL ".join(
         f"SELECT {rank} AS rank, {_RESOLVE_COLUMNS} FROM {entries} WHERE {where}"  # noqa: S608
         for rank, where in enumerate(branches)
@@ -161,7 +265,6 @@ def memory_resolve_row(
     *,
     key: str,
     session_id: UUID,
-    now: dt.datetime,
 ) -> tuple[Any, ...] | None:
     """The most specific live entry for ``key`` that a run in the session reads
     (session, its user, its agent, global) as the driver returns its columns
@@ -169,15 +272,15 @@ def memory_resolve_row(
 
     One statement, up to four index probes: each reads one scope through that
     scope's unique (owner, key) index (an OR of the four conditions would defeat
-    those indexes and scan every row of the key)."""
-    sql = _resolve_sql(connection.vendor, _table(entry_model), _table(session_model))
+    those indexes and scan every row of the key). A run's hot read path: the
+    connection is looked up once."""
+    db = connections[DEFAULT_DB_ALIAS]
     params = {
-        "session": _prep(session_model, "id", session_id),
+        "session": session_id if db.features.has_native_uuid_field else session_id.hex,
         "key": key,
-        "now": connection.ops.adapt_datetimefield_value(now),
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    with db.cursor() as cursor:
+        cursor.execute(_resolve_sql(entry_model, session_model, db.vendor), params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
 

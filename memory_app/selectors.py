@@ -70,20 +70,19 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
     The runtime's hot read path: one statement, one indexed probe per scope, most
     specific first (:func:`goaai.sql.memory_resolve_row`).
     """
-    row = sql.memory_resolve_row(
-        MemoryEntry, Session, key=key, session_id=session_id, now=timezone.now()
-    )
+    row = sql.memory_resolve_row(MemoryEntry, Session, key=key, session_id=session_id)
     if row is None:
         if not Session.objects.filter(pk=session_id).exists():
             raise NotFound(f"No session {session_id}.")
         return None
-    entry_id, key, value, scope, entry_session, user_id, agent, version, updated, expires = row
+    entry_id, key, value, scope, _, user_id, agent, version, updated, expires = row
     return MemoryRecord(
         id=sql.uuid_of(entry_id),
         key=key,
         value=sql.json_of(value),
         scope=scope,
-        session_id=None if entry_session is None else sql.uuid_of(entry_session),
+        # A session entry found for this session is this session's.
+        session_id=session_id if scope == MemoryScope.SESSION else None,
         user_id=user_id,
         agent=agent,
         version=version,

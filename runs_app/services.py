@@ -20,6 +20,7 @@ from django.db import IntegrityError
 from django.db.models import F, Q
 from django.utils import timezone
 
+from goaai import sql
 from goaai.runtime import payloads
 from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
 from goaai.runtime.policy import Decision
@@ -32,17 +33,8 @@ from goaai.runtime.vocabulary import (
     sources_of,
 )
 from runs_app.models import Run, ToolCall, Turn
-from sessions_app.eventlog import EventBatch, event_append, recording
+from sessions_app.eventlog import EventBatch, recording
 from sessions_app.models import SessionStatus
-
-
-def _session_of_run(run_id: UUID) -> UUID:
-    try:
-        session_id: UUID = Run.objects.values_list("session_id", flat=True).get(pk=run_id)
-    except Run.DoesNotExist:
-        raise NotFound(f"No run {run_id}.") from None
-    return session_id
-
 
 # Runs
 
@@ -174,14 +166,14 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
 
 def run_complete(*, run_id: UUID, output: str) -> Run:
     """``running`` → ``completed`` with the final answer."""
-    with recording(_session_of_run(run_id), expect=1) as batch:
+    with recording(run_id, of=Run, expect=1) as batch:
         run = _run_end(batch, run_id, RunStatus.COMPLETED, output=output)
     return run
 
 
 def run_fail(*, run_id: UUID, kind: str, message: str, retryable: bool = False) -> Run:
     """The run failed: it records why (kind, message) and whether a retry may help."""
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(run_id, of=Run) as batch:
         run = _run_end(
             batch,
             run_id,
@@ -195,7 +187,7 @@ def run_fail(*, run_id: UUID, kind: str, message: str, retryable: bool = False) 
 
 def run_time_out(*, run_id: UUID, message: str) -> Run:
     """The run spent its time budget."""
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(run_id, of=Run) as batch:
         run = _run_end(
             batch,
             run_id,
@@ -208,7 +200,7 @@ def run_time_out(*, run_id: UUID, message: str) -> Run:
 
 def run_cancel(*, run_id: UUID, reason: str = "") -> Run:
     """Cancel a run now (from pending, running or awaiting input)."""
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(run_id, of=Run) as batch:
         run = _run_end(batch, run_id, RunStatus.CANCELED, cancel_reason=reason[:200])
     return run
 
@@ -220,7 +212,7 @@ def run_request_cancel(*, run_id: UUID, reason: str = "") -> Run:
     once; a running run is flagged and its loop cancels it at the next step.
     Asking again, or asking a finished run, changes nothing.
     """
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(run_id, of=Run) as batch:
         run = _cancel_or_flag(batch, run_id, reason)
     return run
 
@@ -257,7 +249,7 @@ def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
 def run_await_input(*, run_id: UUID, kind: str, data: dict[str, Any]) -> Run:
     """``running`` → ``awaiting_input``: a tool needs approval or the agent asks a
     question. The worker's lease is released: nobody executes a waiting run."""
-    with recording(_session_of_run(run_id), expect=1) as batch:
+    with recording(run_id, of=Run, expect=1) as batch:
         awaiting = {"kind": kind, **data}
         run = _transition(
             batch,
@@ -335,7 +327,7 @@ def run_respond(
     Raises :class:`IllegalTransition` when the run is not waiting, or waits for
     something other than what the answer addresses (an answer that came too late).
     """
-    with recording(_session_of_run(run_id)) as batch:
+    with recording(run_id, of=Run) as batch:
         run = Run.objects.get(pk=run_id)
         call = _waited_call(run, tool_call_id)
         kind = (run.awaiting or {}).get("kind")
@@ -403,7 +395,7 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> tuple[Run, b
     (its lease expired, or it was released after an answer) is taken over, and
     taking over from a dead worker is recorded as ``run.resumed``.
     """
-    with recording(_session_of_run(run_id), expect=1) as batch:
+    with recording(run_id, of=Run, expect=1) as batch:
         now = batch.now
         expires = now + dt.timedelta(seconds=lease_seconds)
         started = Run.objects.filter(pk=run_id, status=RunStatus.PENDING).update(
@@ -451,8 +443,10 @@ def run_renew_lease(*, run_id: UUID, owner: str, lease_seconds: float) -> bool:
 
 def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
     """Record that a policy rule decided something about a run."""
-    event_type, data = payloads.policy_decision(rule=rule, verdict=verdict, reason=reason)
-    event_append(session_id=_session_of_run(run_id), run_id=run_id, type=event_type, data=data)
+    with recording(run_id, of=Run, expect=1) as batch:
+        batch.add(
+            *payloads.policy_decision(rule=rule, verdict=verdict, reason=reason), run_id=run_id
+        )
 
 
 # Turns
@@ -462,7 +456,7 @@ def turn_start(
     *, run_id: UUID, index: int, model: str, request_messages: list[dict[str, Any]]
 ) -> Turn:
     """Record that a turn began with these messages sent to the model."""
-    with recording(_session_of_run(run_id), expect=1) as batch:
+    with recording(run_id, of=Run, expect=1) as batch:
         turn = Turn(run_id=run_id, index=index, model=model, request_messages=request_messages)
         try:
             turn.save(force_insert=True)
@@ -472,34 +466,30 @@ def turn_start(
     return turn
 
 
-def turn_restart(*, turn_id: UUID) -> Turn:
+def turn_restart(*, turn_id: UUID) -> None:
     """A turn whose reply was lost with its worker is asked again."""
-    turn = Turn.objects.select_related("run").get(pk=turn_id)
-    with recording(turn.run.session_id, expect=1) as batch:
+    with recording(turn_id, of=Turn, expect=1) as batch:
+        turn = _turn(turn_id)
         batch.add(
             *payloads.turn_started(
-                turn=turn.id, index=turn.index, model=turn.model, restarted=True
+                turn=turn_id, index=turn.position, model=turn.model, restarted=True
             ),
             run_id=turn.run_id,
         )
-    return turn
 
 
 class _TurnOf(NamedTuple):
     run_id: UUID
     session_id: UUID
-    index: int
+    position: int
     model: str
 
 
 def _turn(turn_id: UUID) -> _TurnOf:
     """What a step on a turn needs to know of it: its run and session, index, model."""
-    try:
-        row = Turn.objects.values_list("run_id", "run__session_id", "index", "model").get(
-            pk=turn_id
-        )
-    except Turn.DoesNotExist:
-        raise NotFound(f"No turn {turn_id}.") from None
+    row = sql.turn_of(Turn, Run, turn_id)
+    if row is None:
+        raise NotFound(f"No turn {turn_id}.")
     return _TurnOf(*row)
 
 
@@ -514,9 +504,9 @@ def turn_complete(
     model: str = "",
 ) -> None:
     """Record the model's reply to a turn and add its token usage to the run's."""
-    turn = _turn(turn_id)
-    run_id = turn.run_id
-    with recording(turn.session_id, expect=3 if text else 2) as batch:
+    with recording(turn_id, of=Turn, expect=3 if text else 2) as batch:
+        turn = _turn(turn_id)
+        run_id = turn.run_id
         Turn.objects.filter(pk=turn_id).update(
             response_text=text,
             response_tool_calls=tool_calls,
@@ -533,7 +523,7 @@ def turn_complete(
         )
         batch.add(
             *payloads.turn_completed(
-                turn=turn_id, index=turn.index, tool_calls=len(tool_calls), latency_ms=latency_ms
+                turn=turn_id, index=turn.position, tool_calls=len(tool_calls), latency_ms=latency_ms
             ),
             run_id=run_id,
         )
@@ -565,9 +555,9 @@ def tool_call_schedule(
     """
     if requires_approval and start:
         raise IllegalTransition(call_id, "waiting for approval", "running", what="Tool call")
-    turn = _turn(turn_id)
-    run_id, session_id = turn.run_id, turn.session_id
-    with recording(session_id, expect=2 if requires_approval or start else 1) as batch:
+    with recording(turn_id, of=Turn, expect=2 if requires_approval or start else 1) as batch:
+        turn = _turn(turn_id)
+        run_id, session_id = turn.run_id, turn.session_id
         call = ToolCall(
             run_id=run_id,
             turn_id=turn_id,
@@ -581,7 +571,12 @@ def tool_call_schedule(
             attempt=1 if start else 0,
             started_at=batch.now if start else None,
         )
-        call.save(force_insert=True)
+        try:
+            call.save(force_insert=True)
+        except IntegrityError as exc:
+            raise IllegalTransition(
+                turn_id, f"already at tool call {index}", f"tool call {index}", what="Turn"
+            ) from exc
         batch.add(
             *payloads.tool_call_scheduled(
                 tool_call=call.id,
@@ -615,23 +610,30 @@ def tool_call_start(
     )
 
 
-# What the steps of a tool call read of it (not its arguments or result).
-_CALL_FIELDS = ("id", "run_id", "session_id", "name", "status", "attempt", "created_at")
-_CALL_FIELDS += ("started_at",)
-
-
 def _tool_call(tool_call_id: UUID) -> ToolCall:
-    try:
-        return ToolCall.objects.only(*_CALL_FIELDS).get(pk=tool_call_id)
-    except ToolCall.DoesNotExist:
-        raise NotFound(f"No tool call {tool_call_id}.") from None
+    """The tool call a step changes, with what the step reads of it (not its
+    arguments or result)."""
+    row = sql.tool_call_of(ToolCall, tool_call_id)
+    if row is None:
+        raise NotFound(f"No tool call {tool_call_id}.")
+    run_id, session_id, name, status, attempt, created_at, started_at = row
+    return ToolCall(
+        id=tool_call_id,
+        run_id=run_id,
+        session_id=session_id,
+        name=name,
+        status=status,
+        attempt=attempt,
+        created_at=created_at,
+        started_at=started_at,
+    )
 
 
 def tool_call_begin(*, tool_call_id: UUID) -> int:
     """A scheduled call starts executing (or an interrupted one starts again);
     returns its attempt number."""
-    call = _tool_call(tool_call_id)
-    with recording(call.session_id, expect=1) as batch:
+    with recording(tool_call_id, of=ToolCall, expect=1) as batch:
+        call = _tool_call(tool_call_id)
         begun = ToolCall.objects.filter(pk=tool_call_id, status__in=OPEN_TOOL_CALL_STATUSES).update(
             status=ToolCallStatus.RUNNING, attempt=F("attempt") + 1, started_at=batch.now
         )
@@ -654,9 +656,9 @@ def tool_call_finish(
     error_message: str = "",
 ) -> None:
     """Record how a running tool call ended: its result, or its error."""
-    call = _tool_call(tool_call_id)
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
-    with recording(call.session_id, expect=1) as batch:
+    with recording(tool_call_id, of=ToolCall, expect=1) as batch:
+        call = _tool_call(tool_call_id)
         _tool_call_end(
             batch,
             call,

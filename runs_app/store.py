@@ -14,6 +14,7 @@ from uuid import UUID
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from goaai.runtime.errors import NotFound
 from goaai.runtime.policy import Decision
 from goaai.runtime.types import (
     MemoryRecord,
@@ -212,9 +213,11 @@ class OrmRunStore:
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
     ) -> RunInfo:
-        parent = Run.objects.only("session_id").get(pk=parent_run_id)
+        session_id = Run.objects.filter(pk=parent_run_id).values_list("session_id", flat=True)
+        if not session_id:
+            raise NotFound(f"No run {parent_run_id}.")
         run = services.run_create(
-            session_id=parent.session_id,
+            session_id=session_id[0],
             agent=agent,
             input=input,
             labels=labels,

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -101,28 +101,32 @@ class recording:
 
     It starts by moving the session's event counter by ``expect`` (the number of
     events the caller will add, when it knows): that one statement both locks the
-    session row and reserves the numbers. :class:`NotFound` if there is no session.
+    session row and reserves the numbers. With ``of``, ``pk`` is a row of that model
+    (a run, a turn, a tool call) and the session is that row's, found by the same
+    statement. :class:`NotFound` if there is no such session or row.
     """
 
-    __slots__ = ("atomic", "batch", "expect", "session_id")
+    __slots__ = ("atomic", "batch", "expect", "of", "pk")
 
-    def __init__(self, session_id: UUID, *, expect: int = 0) -> None:
-        self.session_id = session_id if type(session_id) is UUID else UUID(str(session_id))
+    def __init__(self, pk: UUID, *, expect: int = 0, of: type[models.Model] | None = None) -> None:
+        self.pk = pk if type(pk) is UUID else UUID(str(pk))
         self.expect = expect
+        self.of = of
         self.atomic = transaction.atomic()
 
     def __enter__(self) -> EventBatch:
         self.atomic.__enter__()
         try:
-            found = sql.reserve_event_numbers(Session, self.session_id, self.expect)
+            found = sql.reserve_event_numbers(Session, self.pk, self.expect, of=self.of)
             if found is None:
-                raise NotFound(f"No session {self.session_id}.")
+                what = (self.of or Session)._meta.verbose_name
+                raise NotFound(f"No {what} {self.pk}.")
         except BaseException as error:
             self.atomic.__exit__(type(error), error, error.__traceback__)
             raise
-        counter, status, owner_id, agent = found
+        session_id, counter, status, owner_id, agent = found
         self.batch = EventBatch(
-            session_id=self.session_id,
+            session_id=session_id,
             last_seq=counter - self.expect,
             reserved=self.expect,
             session_status=status,

@@ -20,8 +20,8 @@ from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry, default_registry
 from goaai.runtime.config import RuntimeConfig
-from goaai.runtime.errors import GoaaiError
 from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
+from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import TurnLoop
 from goaai.runtime.models import get_model_client
 from goaai.runtime.policy import Decision, Policy, apply_label_rules
@@ -67,8 +67,10 @@ class Runtime:
     """
 
     def __init__(self) -> None:
+        # On its own (a script, a notebook) the runtime keeps everything in memory;
+        # goaai's Django project installs the database store when it starts.
         self._config_source: Callable[[], RuntimeConfig] = RuntimeConfig
-        self._store_factory: Callable[[], RunStore] | None = None
+        self._store_factory: Callable[[], RunStore] = InMemoryRunStore
         self._executor_factories: Mapping[str, Callable[[], Executor]] = {}
         self._config: RuntimeConfig | None = None
         self._store: RunStore | None = None
@@ -143,11 +145,6 @@ class Runtime:
         if store is None:
             with self._lock:
                 if self._store is None:
-                    if self._store_factory is None:
-                        raise GoaaiError(
-                            "The runtime has no store: install one with rt.install(...) "
-                            "or rt.configure(store=...)."
-                        )
                     self._store = self._store_factory()
                 store = self._store
         return store

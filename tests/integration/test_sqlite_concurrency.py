@@ -51,7 +51,8 @@ def starter(index):
 def memory_writer(index):
     try:
         for n in range(15):
-            rt.store_memory(f"note {index}-{n}", n, scope="session", session=sessions[n % len(sessions)])
+            session = sessions[n % len(sessions)]
+            rt.store_memory(f"note {index}-{n}", n, scope="session", session=session)
     except Exception:
         errors.append(traceback.format_exc())
     finally:
@@ -72,13 +73,14 @@ report = {
     "sessions": [],
 }
 for session_id in sessions:
-    seqs = list(RunEvent.objects.filter(session_id=session_id).order_by("seq").values_list("seq", flat=True))
+    events = RunEvent.objects.filter(session_id=session_id)
+    seqs = list(events.order_by("seq").values_list("seq", flat=True))
     report["sessions"].append({
         "seqs_contiguous": seqs == list(range(1, len(seqs) + 1)),
         "events": len(seqs),
         "counter": Session.objects.get(pk=session_id).last_event_seq,
         "runs": Run.objects.filter(session_id=session_id).count(),
-        "ended_events": RunEvent.objects.filter(session_id=session_id, type="run.completed").count(),
+        "ended_events": events.filter(type="run.completed").count(),
     })
 print("REPORT " + json.dumps(report))
 """

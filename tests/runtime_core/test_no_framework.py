@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -21,11 +19,6 @@ print(json.dumps(loaded))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="goaai.runtime's package still loads the facade, and with it Django or Celery, "
-    "until the runtime takes its settings as one config object",
-)
 def test_the_loop_and_the_in_memory_store_load_without_django_or_celery():
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     done = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)

@@ -101,9 +101,13 @@ def test_an_outer_rollback_takes_the_events_and_their_delivery_with_it(monkeypat
     class Undo(Exception):
         pass
 
-    with pytest.raises(Undo), transaction.atomic():
-        event_append(session_id=session.id, type=EventType.USAGE, data={})
-        raise Undo
+    def append_then_fail() -> None:
+        with transaction.atomic():
+            event_append(session_id=session.id, type=EventType.USAGE, data={})
+            raise Undo
+
+    with pytest.raises(Undo):
+        append_then_fail()
 
     assert delivered == []
     assert _committed_events(session.id) == 0
@@ -116,11 +120,15 @@ def test_a_nested_atomic_block_inside_a_step_is_a_savepoint():
     class Skip(Exception):
         pass
 
-    with recording(session.id) as batch:
-        batch.add(EventType.USAGE, {"kept": True})
-        with pytest.raises(Skip), transaction.atomic():
+    def rename_then_fail() -> None:
+        with transaction.atomic():
             Session.objects.filter(pk=session.id).update(title="rolled back")
             raise Skip
+
+    with recording(session.id) as batch:
+        batch.add(EventType.USAGE, {"kept": True})
+        with pytest.raises(Skip):
+            rename_then_fail()
 
     title = session.title
     session.refresh_from_db()

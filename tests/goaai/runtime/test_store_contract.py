@@ -235,12 +235,6 @@ def h(request: pytest.FixtureRequest) -> Harness:
     return _memory_harness() if request.param == "memory" else _orm_harness()
 
 
-def _orm_bug(request: pytest.FixtureRequest, h: Harness, reason: str) -> None:
-    """Expect the ORM run of this test to fail, for a recorded bug of the ORM store."""
-    if h.kind == "orm":
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def _ids(events: list[dict[str, Any]]) -> list[int]:
     return [event["seq"] for event in events]
 
@@ -1062,19 +1056,17 @@ def test_a_tool_call_moves_only_forward(h, move):
     assert h.events(run.session_id) == logged
 
 
-def test_a_tool_call_index_is_used_once_per_turn(request, h):
-    _orm_bug(
-        request,
-        h,
-        "tool_call_schedule lets the database's IntegrityError through for a reused index, "
-        "where turn_start raises IllegalTransition for a reused turn index",
-    )
+def test_a_tool_call_index_is_used_once_per_turn(h):
     run = h.claimed()
     turn = h.turn(run.id)
     h.store.start_tool_call(turn_id=turn, index=0, request=_call_request())
+    logged = h.events(run.session_id)
 
     with pytest.raises(IllegalTransition):
         h.store.start_tool_call(turn_id=turn, index=0, request=_call_request())
+
+    assert h.events(run.session_id) == logged
+    assert len(h.turns(run.id)[0].tool_calls) == 1
 
 
 @pytest.mark.parametrize(
@@ -1095,9 +1087,7 @@ def test_a_tool_call_index_is_used_once_per_turn(request, h):
         "create_child_run",
     ],
 )
-def test_a_step_naming_an_unknown_record_is_not_found(request, h, step):
-    if step in ("restart_turn", "create_child_run"):
-        _orm_bug(request, h, f"{step} lets Django's DoesNotExist through instead of NotFound")
+def test_a_step_naming_an_unknown_record_is_not_found(h, step):
     missing = uuid4()
     steps: dict[str, Callable[[], object]] = {
         "restart_turn": lambda: h.store.restart_turn(turn_id=missing),
