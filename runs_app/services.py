@@ -22,7 +22,12 @@ from django.utils import timezone
 
 from goaai import sql
 from goaai.runtime import payloads
-from goaai.runtime.errors import IllegalTransition, NotFound, SessionEnded
+from goaai.runtime.errors import (
+    DuplicateIdempotencyKey,
+    IllegalTransition,
+    NotFound,
+    SessionEnded,
+)
 from goaai.runtime.policy import Decision
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
@@ -77,7 +82,14 @@ def run_create(
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint,
         )
-        run.save(force_insert=True)
+        try:
+            run.save(force_insert=True)
+        except IntegrityError as exc:
+            if idempotency_key is None:
+                raise
+            raise DuplicateIdempotencyKey(
+                f"Session {session_id} already has a run with idempotency key {idempotency_key!r}."
+            ) from exc
         batch.add(
             *payloads.run_created(
                 agent=agent, input=input, labels=run.labels, parent_run=parent_run_id

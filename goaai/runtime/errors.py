@@ -34,6 +34,13 @@ class SessionEnded(GoaaiError):
     code = "session_ended"
 
 
+class DuplicateIdempotencyKey(GoaaiError):
+    """A run with this idempotency key already exists in the session; the caller
+    looks up that run instead of starting a second one."""
+
+    code = "idempotency_key_reused"
+
+
 class UnknownAgent(GoaaiError):
     code = "unknown_agent"
 

@@ -26,7 +26,7 @@ from uuid import UUID
 
 from goaai.runtime import payloads
 from goaai.runtime.errors import (
-    GoaaiError,
+    DuplicateIdempotencyKey,
     IllegalTransition,
     InvalidMemoryScope,
     MemoryConflict,
@@ -72,13 +72,6 @@ MEMORY_CONTEXT_LIMIT = 20
 HAND_OFF_GRACE_SECONDS = 30.0
 # How far up a chain of parent runs the depth of a run is counted.
 MAX_DEPTH_COUNTED = 10
-
-
-class DuplicateIdempotencyKey(GoaaiError):
-    """A run with this idempotency key already exists in the session; the caller
-    looks up that run instead of starting a second one."""
-
-    code = "idempotency_key_reused"
 
 
 class Delta(NamedTuple):
@@ -1400,4 +1393,4 @@ class InMemoryRunStore:
         return tuple(list(facts.values())[:MEMORY_CONTEXT_LIMIT])
 
 
-__all__ = ["Delta", "DuplicateIdempotencyKey", "InMemoryRunStore"]
+__all__ = ["Delta", "InMemoryRunStore"]

@@ -6,7 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -29,6 +28,7 @@ from goaai.api.exceptions import Conflict
 from goaai.api.pagination import Cursor, SeqPage
 from goaai.api.views import ScopedViewSet, visible
 from goaai.runtime import rt
+from goaai.runtime.errors import DuplicateIdempotencyKey
 from runs_app.api.filters import RunFilter, ToolCallFilter, TurnFilter
 from runs_app.api.serializers import (
     RunCancelSerializer,
@@ -196,7 +196,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 idempotency_key=key,
                 fingerprint=fingerprint,
             )
-        except IntegrityError:
+        except DuplicateIdempotencyKey:
             # Two requests with the same key raced; the other one created the run.
             earlier = run_for_idempotency_key(session_id=session.pk, key=key) if key else None
             if earlier is None:

@@ -17,18 +17,18 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-from django.db import IntegrityError
 from django.utils import timezone
 
 from goaai.runtime.agents import ASSISTANT, AgentRegistry
 from goaai.runtime.errors import (
+    DuplicateIdempotencyKey,
     IllegalTransition,
     InvalidMemoryScope,
     MemoryConflict,
     NotFound,
     SessionEnded,
 )
-from goaai.runtime.inmemory_store import DuplicateIdempotencyKey, InMemoryRunStore
+from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import TurnLoop
 from goaai.runtime.models.scripted import ScriptedModel
 from goaai.runtime.policy import Decision
@@ -72,8 +72,6 @@ class Harness:
     lose_worker: Callable[[UUID], None]
     # Make the run look ``seconds`` older: created and last changed that long ago.
     age: Callable[[UUID, float], None]
-    # What reusing an idempotency key in a session raises.
-    duplicate_key: type[Exception]
 
     # Shortcuts for the steps most tests need
 
@@ -155,7 +153,6 @@ def _memory_harness() -> Harness:
         turns=store.turns,
         lose_worker=lose_worker,
         age=age,
-        duplicate_key=DuplicateIdempotencyKey,
     )
 
 
@@ -219,7 +216,6 @@ def _orm_harness() -> Harness:
         turns=_orm_turns,
         lose_worker=lose_worker,
         age=age,
-        duplicate_key=IntegrityError,
     )
 
 
@@ -381,7 +377,7 @@ def test_an_idempotency_key_names_one_run_per_session(h):
     first = h.run(session, idempotency_key="key-1", fingerprint="abc")
     logged = h.events(session.id)
 
-    with pytest.raises(h.duplicate_key):
+    with pytest.raises(DuplicateIdempotencyKey):
         h.run(session, idempotency_key="key-1", fingerprint="abc")
 
     # Nothing of the refused run was recorded.
