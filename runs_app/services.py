@@ -34,12 +34,12 @@ from goaai.runtime.vocabulary import (
     OPEN_TOOL_CALL_STATUSES,
     ErrorKind,
     RunStatus,
+    SessionStatus,
     ToolCallStatus,
     sources_of,
 )
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.eventlog import EventBatch, recording
-from sessions_app.models import SessionStatus
 
 # Runs
 

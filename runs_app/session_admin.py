@@ -22,11 +22,12 @@ from goaai.admin_base import (
     owner_filter,
     related_count,
 )
+from goaai.runtime.vocabulary import SessionStatus
 from runs_app import admin_timeline as timeline
 from runs_app.export import session_document
 from runs_app.models import Run
 from runs_app.sessions import session_end
-from sessions_app.models import Session, SessionStatus
+from sessions_app.models import Session
 from sessions_app.services import session_delete
 
 

@@ -13,12 +13,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from goaai import sql
+from goaai.runtime.vocabulary import SessionStatus
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_purge_expired
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.services import runs_cancel_in_session
 from sessions_app.eventlog import recording
-from sessions_app.models import RunEvent, Session, SessionStatus
+from sessions_app.models import RunEvent, Session
 from sessions_app.services import session_mark_ended
 
 

@@ -9,12 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from goaai.runtime.vocabulary import EventType, choices
-
-
-class SessionStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    ENDED = "ended", "Ended"
+from goaai.runtime.vocabulary import SESSION_STATUS_CHOICES, EventType, SessionStatus, choices
 
 
 class Session(models.Model):
@@ -28,7 +23,7 @@ class Session(models.Model):
     title = models.CharField(max_length=200, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     status = models.CharField(
-        max_length=16, choices=SessionStatus.choices, default=SessionStatus.ACTIVE
+        max_length=16, choices=SESSION_STATUS_CHOICES, default=SessionStatus.ACTIVE
     )
     # The sequence number of the session's newest RunEvent. Appending an event
     # increments it in the same transaction, which serialises concurrent writers on
@@ -48,7 +43,8 @@ class Session(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(status__in=SessionStatus.values), name="session_status_valid"
+                condition=models.Q(status__in=[s.value for s in SessionStatus]),
+                name="session_status_valid",
             ),
             models.CheckConstraint(
                 condition=models.Q(status=SessionStatus.ACTIVE, ended_at__isnull=True)

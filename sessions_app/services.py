@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from goaai.runtime import payloads
 from goaai.runtime.errors import NotFound
+from goaai.runtime.vocabulary import SessionStatus
 from sessions_app.eventlog import EventBatch, recording
-from sessions_app.models import ApiToken, Session, SessionStatus
+from sessions_app.models import ApiToken, Session
 from sessions_app.publisher import publish_to, publish_user_change, token_group
 
 MAX_TITLE_LENGTH = 200

@@ -11,10 +11,10 @@ import pytest
 from django.db import transaction
 
 from goaai.runtime import SessionEnded, rt
-from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import EventType, RunStatus, SessionStatus, ToolCallStatus
 from memory_app.models import MemoryEntry, MemoryRevision, WriterKind
 from runs_app.models import Run, ToolCall, Turn
-from sessions_app.models import RunEvent, Session, SessionStatus
+from sessions_app.models import RunEvent, Session
 
 REMEMBERED = "Got it. I'll remember in this conversation that your favourite colour is green."
 RECALLED = "Your favourite colour is green."

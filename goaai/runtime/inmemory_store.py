@@ -55,13 +55,11 @@ from goaai.runtime.vocabulary import (
     ErrorKind,
     MemoryScope,
     RunStatus,
+    SessionStatus,
     ToolCallStatus,
     sources_of,
 )
 
-# A session's two states, spelt as the sessions table spells them.
-SESSION_ACTIVE = "active"
-SESSION_ENDED = "ended"
 MAX_TITLE_LENGTH = 200
 MAX_CANCEL_REASON_LENGTH = 200
 MAX_MEMORY_KEY_LENGTH = 200
@@ -107,7 +105,7 @@ class _Session:
     title: str
     metadata: dict[str, Any]
     created_at: dt.datetime
-    status: str = SESSION_ACTIVE
+    status: str = SessionStatus.ACTIVE
     ended_at: dt.datetime | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     # Its runs in the order they were created.
@@ -424,10 +422,10 @@ class InMemoryRunStore:
         is asked to stop) and later runs are refused. Ending it again changes nothing."""
         with self._lock:
             session = self._session(session_id)
-            if session.status == SESSION_ENDED:
+            if session.status == SessionStatus.ENDED:
                 return _session_info(session)
             now = self._clock()
-            session.status, session.ended_at = SESSION_ENDED, now
+            session.status, session.ended_at = SessionStatus.ENDED, now
             open_runs = [run for run in self._runs_of(session) if run.status in OPEN_RUN_STATUSES]
             for run in open_runs:
                 self._cancel_or_flag(run, "session_ended", now)
@@ -1008,7 +1006,7 @@ class InMemoryRunStore:
     def _add_run(self, run: _Run, decisions: list[Decision]) -> None:
         """Record a new run in its session, with the events that announce it."""
         session = self._session(run.session_id)
-        if session.status != SESSION_ACTIVE:
+        if session.status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session.id} has ended; it accepts no new runs.")
         key = run.idempotency_key
         if key is not None and any(r.idempotency_key == key for r in self._runs_of(session)):

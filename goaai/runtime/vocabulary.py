@@ -9,6 +9,12 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+class SessionStatus(StrEnum):
+    ACTIVE = "active"
+    # An ended session accepts no new runs.
+    ENDED = "ended"
+
+
 class RunStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -199,6 +205,7 @@ def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
 
 
 # The same choices everywhere a model, a filter or the API schema lists them.
+SESSION_STATUS_CHOICES = choices(SessionStatus)
 RUN_STATUS_CHOICES = choices(RunStatus)
 TOOL_CALL_STATUS_CHOICES = choices(ToolCallStatus)
 MEMORY_SCOPE_CHOICES = choices(MemoryScope)

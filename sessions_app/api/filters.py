@@ -8,11 +8,12 @@ import django_filters
 from django.db.models import QuerySet
 
 from goaai.api.filters import CreatedRangeFilterSet
-from sessions_app.models import Session, SessionStatus
+from goaai.runtime.vocabulary import SESSION_STATUS_CHOICES
+from sessions_app.models import Session
 
 
 class SessionFilter(CreatedRangeFilterSet):
-    status = django_filters.ChoiceFilter(choices=SessionStatus.choices)
+    status = django_filters.ChoiceFilter(choices=SESSION_STATUS_CHOICES)
     agent = django_filters.CharFilter()
     q = django_filters.CharFilter(method="search", label="Text in the title.")
     metadata_field = "metadata"

@@ -11,12 +11,12 @@ import pytest
 from django.urls import reverse
 
 from goaai.admin_base import BoundedCountPaginator
-from goaai.runtime.vocabulary import RunStatus
+from goaai.runtime.vocabulary import RunStatus, SessionStatus
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_store
 from runs_app.export import session_document
 from runs_app.models import Run, ToolCall, Turn
-from sessions_app.models import ApiToken, RunEvent, Session, SessionStatus
+from sessions_app.models import ApiToken, RunEvent, Session
 from sessions_app.services import api_token_create, session_create
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, UserFactory
 

@@ -9,10 +9,10 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from goaai.runtime.vocabulary import EventType, RunStatus
+from goaai.runtime.vocabulary import EventType, RunStatus, SessionStatus
 from memory_app.models import MemoryEntry
 from runs_app.models import Run, ToolCall, Turn
-from sessions_app.models import RunEvent, Session, SessionStatus
+from sessions_app.models import RunEvent, Session
 from tests.factories import (
     MemoryEntryFactory,
     RunFactory,

@@ -9,13 +9,13 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound, SessionEnded
-from goaai.runtime.vocabulary import EventType, RunStatus
+from goaai.runtime.vocabulary import EventType, RunStatus, SessionStatus
 from runs_app import services as run_services
 from runs_app import sessions as run_sessions
 from runs_app.models import Run
 from runs_app.store import OrmRunStore
 from sessions_app import services
-from sessions_app.models import RunEvent, Session, SessionStatus
+from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db
