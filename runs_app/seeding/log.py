@@ -24,9 +24,9 @@ class SessionLog:
 
     def write(self, tables: Tables) -> int:
         """Give the events their numbers and rows; returns the last number."""
+        events = tables[RunEvent]
         for seq, (run_id, event_type, data, at) in enumerate(self.events, start=1):
-            tables.add(
-                RunEvent,
+            events.add(
                 session_id=self.session_id,
                 run_id=run_id,
                 seq=seq,

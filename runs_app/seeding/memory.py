@@ -54,7 +54,8 @@ class SessionMemory:
         self, *, session_id: UUID, tables: Tables, log: SessionLog, odds: Odds, ids: Ids
     ) -> None:
         self.session_id = session_id
-        self.tables, self.log, self.odds, self.ids = tables, log, odds, ids
+        self.log, self.odds, self.ids = log, odds, ids
+        self._entries, self._revisions = tables[MemoryEntry], tables[MemoryRevision]
         self.entries: dict[str, Entry] = {}
         # What each memory tool changes when it succeeds.
         self._changes: dict[str, Callable[[dict[str, Any], Writer], None]] = {
@@ -123,8 +124,7 @@ class SessionMemory:
         action: RevisionAction,
         writer: Writer,
     ) -> None:
-        self.tables.add(
-            MemoryRevision,
+        self._revisions.add(
             entry_id=entry_id,
             key=key,
             scope=MemoryScope.SESSION,
@@ -141,8 +141,7 @@ class SessionMemory:
     def write(self) -> None:
         """The entries' rows, as the session's last run left them."""
         for entry in self.entries.values():
-            self.tables.add(
-                MemoryEntry,
+            self._entries.add(
                 id=entry.id,
                 key=entry.key,
                 value=entry.value,

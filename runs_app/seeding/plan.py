@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from goaai.runtime.agents import Agent, AgentRegistry
+from goaai.runtime.tools import Tool
 from goaai.runtime.vocabulary import ErrorKind, RunStatus
 
 MODELS = ("gpt-4o-mini", "claude-3-5-haiku", "gpt-4.1")
@@ -97,24 +98,23 @@ class AgentTools:
         for agent in registry.all():
             tools = registry.tools_of(agent)
             self.callable[agent.id] = [
-                name
-                for name, tool in tools.items()
-                if _replayable(agent, tool.toolset, tool.asks_user or tool.requires_approval)
-                and (memory or tool.toolset != "memory")
+                name for name, tool in tools.items() if _replayable(agent, tool, memory=memory)
             ]
-            waiting = [
-                name
-                for name, tool in tools.items()
-                if tool.requires_approval and not tool.asks_user
-            ]
+            waiting = [name for name, tool in tools.items() if _approval(tool)]
             if waiting:
                 self.approval[agent.id] = waiting[0]
         self.agents = [agent for agent, names in self.callable.items() if names] or [MAIN_AGENT]
 
 
-def _replayable(agent: Agent, toolset: str, waits: bool) -> bool:
-    # An agent's delegation tools come from its ``delegates``, not its toolsets.
-    return toolset in agent.toolsets and not waits
+def _replayable(agent: Agent, tool: Tool, *, memory: bool) -> bool:
+    # An agent's calls to other agents come from its ``delegates``, not its toolsets.
+    delegates = tool.toolset not in agent.toolsets
+    waits = tool.asks_user or tool.requires_approval
+    return not (delegates or waits) and (memory or tool.toolset != "memory")
+
+
+def _approval(tool: Tool) -> bool:
+    return tool.requires_approval and not tool.asks_user
 
 
 class Odds:

@@ -40,13 +40,13 @@ class Conversation:
     log: SessionLog
     memory: SessionMemory
     # Earlier answered runs, as the next run's model is sent them.
-    history: list[Message] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class _Run:
-    """A run being written: where its clock is, what the model has been sent so far,
-    and what it has spent."""
+    """A run being written: where its clock is, what its model is sent at the next
+    turn, and what it has spent."""
 
     id: UUID
     shape: RunShape
@@ -54,7 +54,10 @@ class _Run:
     question: str
     model: str
     clock: dt.datetime
-    messages: list[Message]
+    # As the turn loop records them (``Message.as_dict``).
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    # The length of their contents, which the model is charged for.
+    sent: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     output: str = ""
@@ -65,6 +68,11 @@ class _Run:
     def event(self, event: Event | None) -> None:
         if event is not None:
             self.conversation.log.add(event, run_id=self.id, at=self.clock)
+
+    def say(self, *messages: dict[str, Any]) -> None:
+        """Add to what the model is sent from the next turn on."""
+        self.messages += messages
+        self.sent += sum(len(message["content"]) for message in messages)
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,8 @@ class RunWriter:
         registry: AgentRegistry,
         policy_for: PolicyFor,
     ) -> None:
-        self.tables, self.odds, self.outcomes, self.ids = tables, odds, outcomes, ids
+        self.odds, self.outcomes, self.ids = odds, outcomes, ids
+        self._runs, self._turns, self._tool_calls = tables[Run], tables[Turn], tables[ToolCall]
         self.registry = registry
         self.policy_for = policy_for
         self._policies: dict[tuple[str, str], tuple[dict[str, Any], list[Decision]]] = {}
@@ -114,8 +123,8 @@ class RunWriter:
         self._row(run, created_at, started_at)
         if shape.status == RunStatus.COMPLETED:
             conversation.history += [
-                Message(role="user", content=run.question),
-                Message(role="assistant", content=run.output),
+                Message(role="user", content=run.question).as_dict(),
+                Message(role="assistant", content=run.output).as_dict(),
             ]
         return run.clock
 
@@ -137,8 +146,12 @@ class RunWriter:
             question=question,
             model=self.odds.model(),
             clock=clock,
-            messages=self._first_messages(agent, conversation.history, question),
         )
+        # The agent's instructions, the session's earlier exchanges, the question.
+        system = self.registry.get(agent).system_prompt
+        if system:
+            run.say(Message(role="system", content=system).as_dict())
+        run.say(*conversation.history, Message(role="user", content=question).as_dict())
         labels = {"tier": shape.tier}
         run.event(payloads.run_created(agent=agent, input=question, labels=labels, parent_run=None))
         for decision in self._policy(agent, shape.tier)[1]:
@@ -151,12 +164,6 @@ class RunWriter:
         run.event(payloads.run_started(agent=agent, worker=WORKER))
         return run
 
-    def _first_messages(self, agent: str, history: list[Message], question: str) -> list[Message]:
-        """The agent's instructions, the session's earlier exchanges, the question."""
-        system = self.registry.get(agent).system_prompt
-        first = [Message(role="system", content=system)] if system else []
-        return [*first, *history, Message(role="user", content=question)]
-
     # Turns
 
     def _begin_turn(self, run: _Run, index: int) -> _Turn:
@@ -164,7 +171,7 @@ class RunWriter:
             id=self.ids.new(),
             index=index,
             started_at=run.clock,
-            request=[message.as_dict() for message in run.messages],
+            request=list(run.messages),
         )
         run.event(payloads.turn_started(turn=turn.id, index=index, model=run.model))
         return turn
@@ -184,13 +191,12 @@ class RunWriter:
         latency = self.odds.latency_ms()
         run.clock += dt.timedelta(milliseconds=latency)
         tokens_in, tokens_out = spent or (
-            40 + sum(len(message.content) for message in run.messages) // 4,
+            40 + run.sent // 4,
             self.odds.output_tokens(),
         )
         run.input_tokens += tokens_in
         run.output_tokens += tokens_out
-        self.tables.add(
-            Turn,
+        self._turns.add(
             id=turn.id,
             run_id=run.id,
             index=turn.index,
@@ -227,19 +233,19 @@ class RunWriter:
             for position, name in enumerate(names)
         )
         self._end_turn(run, turn, text="", calls=calls)
-        run.messages.append(Message(role="assistant", content="", tool_calls=calls))
+        run.say(Message(role="assistant", content="", tool_calls=calls).as_dict())
         for position, call in enumerate(calls):
             if waits and position == len(calls) - 1:
                 self._await_approval(run, turn, position, call)
                 return
             outcome = self._call(run, turn, position, call)
-            run.messages.append(
+            run.say(
                 Message(
                     role="tool",
                     content=json.dumps(outcome.for_model(), default=str),
                     tool_call_id=call.id,
                     name=call.name,
-                )
+                ).as_dict()
             )
 
     # How a run ends
@@ -263,8 +269,7 @@ class RunWriter:
         ended."""
         turn = self._begin_turn(run, index)
         run.clock += self.odds.thinking()
-        self.tables.add(
-            Turn,
+        self._turns.add(
             id=turn.id,
             run_id=run.id,
             index=index,
@@ -312,7 +317,11 @@ class RunWriter:
         outcome, duration = self.outcomes.call(call.name, call.arguments, memory, started)
         run.clock += dt.timedelta(milliseconds=duration)
         if outcome.ok:
-            memory.apply(call.name, call.arguments, Writer(run.id, call_uuid, run.clock))
+            memory.apply(
+                call.name,
+                call.arguments,
+                Writer(run_id=run.id, tool_call_id=call_uuid, at=run.clock),
+            )
         status = ToolCallStatus.SUCCEEDED if outcome.ok else ToolCallStatus.FAILED
         run.event(
             payloads.tool_call_ended(
@@ -325,8 +334,7 @@ class RunWriter:
                 error_message=outcome.error_message,
             )
         )
-        self.tables.add(
-            ToolCall,
+        self._tool_calls.add(
             id=call_uuid,
             run_id=run.id,
             turn_id=turn.id,
@@ -364,8 +372,7 @@ class RunWriter:
                 tool_call=call_uuid, name=call.name, arguments=call.arguments
             )
         )
-        self.tables.add(
-            ToolCall,
+        self._tool_calls.add(
             id=call_uuid,
             run_id=run.id,
             turn_id=turn.id,
@@ -388,8 +395,7 @@ class RunWriter:
     def _row(self, run: _Run, created_at: dt.datetime, started_at: dt.datetime) -> None:
         shape, conversation = run.shape, run.conversation
         waiting = run.awaiting is not None
-        self.tables.add(
-            Run,
+        self._runs.add(
             id=run.id,
             session_id=conversation.session_id,
             agent=conversation.agent,

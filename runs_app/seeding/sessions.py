@@ -6,12 +6,13 @@ from __future__ import annotations
 import datetime as dt
 
 from goaai.runtime import payloads
+from goaai.runtime.vocabulary import SessionStatus
 from runs_app.seeding.log import SessionLog
 from runs_app.seeding.memory import SessionMemory
 from runs_app.seeding.plan import SESSION_METADATA, Odds, Plan, SessionShape
 from runs_app.seeding.runs import Conversation, RunWriter
 from runs_app.seeding.tables import Ids, Tables
-from sessions_app.models import Session, SessionStatus
+from sessions_app.models import Session
 
 
 class SessionWriter:
@@ -27,6 +28,7 @@ class SessionWriter:
     ) -> None:
         self.plan, self.tables, self.odds, self.ids, self.runs = plan, tables, odds, ids, runs
         self.now = now
+        self._sessions = tables[Session]
 
     def write(self, shape: SessionShape, *, owner_id: int, position: float) -> None:
         """Write a session of ``shape``; ``position`` (0 to 1) places its start
@@ -57,8 +59,7 @@ class SessionWriter:
             log.add(ended, run_id=None, at=ended_at)
         last_event_seq = log.write(self.tables) if self.plan.events else 0
         memory.write()
-        self.tables.add(
-            Session,
+        self._sessions.add(
             id=session_id,
             owner_id=owner_id,
             agent=shape.agent,

@@ -4,6 +4,9 @@ own records are, in the amounts asked for, and that the admin can show."""
 from __future__ import annotations
 
 import io
+import json
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,11 +15,24 @@ from django.db.models import Count, Max, Min
 from django.urls import reverse
 from django.utils import timezone
 
-from goaai.runtime import rt
-from goaai.runtime.vocabulary import RUN_END_EVENTS, EventType, RunStatus, ToolCallStatus
+from goaai.runtime import loop, rt
+from goaai.runtime.agents import ASSISTANT, CONCIERGE, AgentRegistry
+from goaai.runtime.errors import ModelError
+from goaai.runtime.models import DeltaCallback, ModelRequest
+from goaai.runtime.models.scripted import ScriptedModel
+from goaai.runtime.types import ModelReply
+from goaai.runtime.vocabulary import (
+    RUN_END_EVENTS,
+    ErrorKind,
+    EventType,
+    RunStatus,
+    SessionStatus,
+    ToolCallStatus,
+)
 from memory_app.models import MemoryEntry, MemoryRevision
 from runs_app.models import Run, ToolCall, Turn
-from sessions_app.models import RunEvent, Session, SessionStatus
+from runs_app.seeding import Plan, RunShape, Seeder, SessionShape
+from sessions_app.models import RunEvent, Session
 
 pytestmark = pytest.mark.django_db
 
@@ -202,3 +218,208 @@ def test_a_seeded_runs_page_renders(client, staff):
 
     assert response.status_code == 200
     assert run.input in response.content.decode()
+
+
+# The seeder and the runtime agree: a seeded run of a kind is recorded as a real run
+# of that kind is (the same events in the same order, each with the same keys, and
+# the same messages sent to the model), so what the admin and the API show of seeded
+# data is what they will show of real data.
+
+
+class _UnavailableAfterTools(ScriptedModel):
+    """The scripted model, whose provider fails once its tools have answered."""
+
+    def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
+        if any(message.role == "tool" for message in request.messages):
+            raise ModelError(
+                ErrorKind.UNAVAILABLE, "The model provider is unavailable (503).", retryable=True
+            )
+        return super().complete(request, on_delta)
+
+
+class _StoppedWhileAnswering(ScriptedModel):
+    """The scripted model, whose user presses Stop once it has begun its answer."""
+
+    def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
+        reply = super().complete(request)
+        if reply.tool_calls or on_delta is None:
+            return reply
+        first, rest = reply.text.split(" ", 1)
+        on_delta(f"{first} ")
+        rt.cancel_run(Run.objects.get(status=RunStatus.RUNNING).pk, reason="canceled by the user")
+        on_delta(rest)
+        return reply
+
+
+FLAKY = replace(
+    ASSISTANT, id="flaky", model="python:tests.runs_app.test_seed_demo._UnavailableAfterTools"
+)
+STOPPED = replace(
+    ASSISTANT, id="stopped", model="python:tests.runs_app.test_seed_demo._StoppedWhileAnswering"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of run: what a user asks a real agent, and the seeded run like it."""
+
+    name: str
+    agent: str
+    prompt: str
+    shape: RunShape
+
+
+def _completed(tool: str) -> RunShape:
+    return RunShape(status=RunStatus.COMPLETED, tier="free", tool_turns=((tool,),))
+
+
+# In the order they run in one session (a later run is sent the earlier answers).
+KINDS = (
+    # First, while nothing is remembered: forgetting fails.
+    Kind("a tool fails", "assistant", "forget my shoe size", _completed("memory_forget")),
+    Kind("calculates", "assistant", "calculate 2 * (3 + 4)", _completed("calculator")),
+    Kind(
+        "remembers",
+        "assistant",
+        "remember my favourite colour is green",
+        _completed("memory_store"),
+    ),
+    Kind("tells the time", "assistant", "what time is it in Asia/Tokyo", _completed("clock_now")),
+    Kind("repeats", "assistant", "echo hello there", _completed("echo")),
+    Kind(
+        "fails",
+        "flaky",
+        "calculate 6 * 7",
+        RunShape(status=RunStatus.FAILED, tier="free", tool_turns=(("calculator",),)),
+    ),
+    Kind(
+        "is stopped",
+        "stopped",
+        "echo hello there",
+        RunShape(status=RunStatus.CANCELED, tier="free", tool_turns=(("echo",),)),
+    ),
+    # Last: a session's only waiting run is its last.
+    Kind(
+        "waits for approval",
+        "assistant",
+        "forget everything",
+        RunShape(
+            status=RunStatus.AWAITING_INPUT, tier="free", tool_turns=(("memory_forget_all",),)
+        ),
+    ),
+)
+# Payload values a caller chooses: their keys are the caller's, not the writer's.
+FREE_FORM = frozenset({"labels", "metadata"})
+
+
+def _paths(data: Any, prefix: str = "") -> set[str]:
+    """The keys of a payload, nested ones as ``outer.inner``."""
+    if not isinstance(data, dict):
+        return set()
+    paths = set()
+    for key, value in data.items():
+        paths.add(f"{prefix}{key}")
+        if key not in FREE_FORM:
+            paths |= _paths(value, f"{prefix}{key}.")
+    return paths
+
+
+def _message_shape(message: dict[str, Any]) -> tuple[Any, ...]:
+    """A message's role and keys; a tool's answer with its keys, a model's request
+    for tools with each call's."""
+    shape: list[Any] = [message["role"], sorted(message)]
+    if message["role"] == "tool":
+        shape.append(sorted(_paths(json.loads(message["content"]))))
+    shape.extend(sorted(call) for call in message.get("tool_calls", []))
+    return tuple(map(str, shape))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the test compares of a run."""
+
+    # How it ended, and how each of its tool calls did.
+    outcome: tuple[str, ...]
+    types: list[str]
+    keys: dict[str, set[str]]
+    messages: list[list[tuple[Any, ...]]]
+
+
+def _recorded(run: Run) -> Recorded:
+    keys: dict[str, set[str]] = {}
+    types = []
+    for event in run.events.order_by("seq"):
+        types.append(event.type)
+        keys.setdefault(event.type, set()).update(_paths(event.data))
+    calls = run.tool_calls.order_by("turn__index", "index").values_list("status", flat=True)
+    return Recorded(
+        outcome=(run.status, *calls),
+        types=types,
+        keys=keys,
+        messages=[
+            [_message_shape(message) for message in turn.request_messages]
+            for turn in run.turns.order_by("index")
+        ],
+    )
+
+
+def _session_keys(session_id: Any) -> dict[str, set[str]]:
+    keys: dict[str, set[str]] = {}
+    for event in RunEvent.objects.filter(session_id=session_id, run__isnull=True):
+        keys.setdefault(event.type, set()).update(_paths(event.data))
+    return keys
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seeded_runs_are_recorded_as_the_runtime_records_real_ones(
+    inline_runtime, owner, monkeypatch
+):
+    # The Stop button's request is seen at the next word, not half a second later.
+    monkeypatch.setattr(loop, "CANCEL_CHECK_SECONDS", 0.0)
+    rt.configure(agents=AgentRegistry([ASSISTANT, CONCIERGE, FLAKY, STOPPED]))
+    session = rt.create_session(owner=owner, agent="assistant")
+    real = {}
+    for kind in KINDS:
+        info = rt.run(kind.agent, kind.prompt, session=session.id, labels={"tier": "free"})
+        assert info.status == kind.shape.status, kind.name
+        real[kind.name] = _recorded(Run.objects.get(pk=info.id))
+    rt.end_session(session.id)
+
+    seeder = Seeder(
+        Plan(
+            sessions=0,
+            runs_per_session=len(KINDS),
+            turns_per_run=2,
+            calls_per_turn=1,
+            users=1,
+            days=1.0,
+            active_fraction=1.0,
+            events=True,
+            memory=True,
+        ),
+        seed=3,
+    )
+    # Seeded calls fail now and then, as real ones do: several sessions give each
+    # kind's outcome at least once.
+    shape = SessionShape(agent="assistant", active=True, runs=tuple(k.shape for k in KINDS))
+    for _ in range(8):
+        seeder.session(shape, owner_id=owner.pk)
+    seeded: dict[str, list[Recorded]] = {kind.name: [] for kind in KINDS}
+    for seeded_session in Session.objects.exclude(pk=session.id):
+        runs = seeded_session.runs.order_by("created_at")
+        for kind, run in zip(KINDS, runs, strict=True):
+            seeded[kind.name].append(_recorded(run))
+
+    for kind in KINDS:
+        alike = [run for run in seeded[kind.name] if run.outcome == real[kind.name].outcome]
+        assert alike, f"no seeded run {kind.name} as {real[kind.name].outcome}"
+        for run in alike:
+            assert run.types == real[kind.name].types, kind.name
+            assert run.keys == real[kind.name].keys, kind.name
+            assert run.messages == real[kind.name].messages, kind.name
+
+    seeder.session(
+        SessionShape(agent="assistant", active=False, runs=(KINDS[1].shape,)), owner_id=owner.pk
+    )
+    ended = Session.objects.filter(status=SessionStatus.ENDED).exclude(pk=session.id).get()
+    assert _session_keys(ended.pk) == _session_keys(session.id)
