@@ -8,14 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from goaai.runtime.vocabulary import MemoryScope, choices
-
-
-class WriterKind(models.TextChoices):
-    USER = "user", "User"
-    RUN = "run", "Run"
-    # Code acting on no one's behalf: a script, a management command, a migration.
-    SYSTEM = "system", "System"
+from goaai.runtime.vocabulary import WRITER_KIND_CHOICES, MemoryScope, choices
 
 
 class RevisionAction(models.TextChoices):
@@ -59,7 +52,7 @@ class MemoryEntry(models.Model):
     agent = models.CharField(max_length=100, blank=True)
     # Incremented by every change; a writer that names a stale version is refused.
     version = models.PositiveIntegerField(default=1)
-    written_by_kind = models.CharField(max_length=8, choices=WriterKind.choices)
+    written_by_kind = models.CharField(max_length=8, choices=WRITER_KIND_CHOICES)
     written_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -151,7 +144,7 @@ class MemoryRevision(models.Model):
     version = models.PositiveIntegerField()
     value = models.JSONField(null=True, blank=True)
     action = models.CharField(max_length=8, choices=RevisionAction.choices)
-    actor_kind = models.CharField(max_length=8, choices=WriterKind.choices)
+    actor_kind = models.CharField(max_length=8, choices=WRITER_KIND_CHOICES)
     actor_user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

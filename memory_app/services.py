@@ -14,21 +14,11 @@ from django.utils import timezone
 
 from goaai.runtime import payloads
 from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
-from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
+from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from memory_app.selectors import owner_filter
 from sessions_app.eventlog import EventBatch, recording
 
 MAX_KEY_LENGTH = 200
-
-
-def _writer(user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None) -> dict[str, Any]:
-    kind = WriterKind.RUN if run_id else WriterKind.USER if user_id else WriterKind.SYSTEM
-    return {
-        "kind": kind,
-        "user_id": user_id,
-        "run_id": run_id,
-        "tool_call_id": tool_call_id,
-    }
 
 
 @contextmanager
@@ -102,7 +92,9 @@ def memory_store(
     """
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
-    writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
+    writer = payloads.memory_writer(
+        user_id=written_by_user_id, run_id=written_by_run_id, tool_call_id=written_by_tool_call_id
+    )
     raced: _Raced | None = None
     for _ in range(3 if expected_version is None else 1):
         try:
@@ -203,7 +195,9 @@ def memory_delete(
     :func:`memory_store` puts it)."""
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
-    writer = _writer(written_by_user_id, written_by_run_id, written_by_tool_call_id)
+    writer = payloads.memory_writer(
+        user_id=written_by_user_id, run_id=written_by_run_id, tool_call_id=written_by_tool_call_id
+    )
     with _transaction(session_id or log_session_id) as batch:
         entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
         if entry is None:
@@ -228,7 +222,7 @@ def memory_purge_expired(*, now: dt.datetime | None = None, batch_size: int = 10
     """Delete entries whose expiry has passed, each leaving a "deleted" revision by
     the system in its history; returns how many were purged."""
     cutoff = now or timezone.now()
-    writer = _writer(None, None, None)
+    writer = payloads.memory_writer(user_id=None, run_id=None, tool_call_id=None)
     purged = 0
     while True:
         with transaction.atomic():

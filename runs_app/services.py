@@ -32,6 +32,7 @@ from goaai.runtime.policy import Decision
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
     OPEN_TOOL_CALL_STATUSES,
+    AwaitingKind,
     ErrorKind,
     RunStatus,
     SessionStatus,
@@ -258,11 +259,21 @@ def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
     return len(open_ids)
 
 
-def run_await_input(*, run_id: UUID, kind: str, data: dict[str, Any]) -> Run:
-    """``running`` → ``awaiting_input``: a tool needs approval or the agent asks a
-    question. The worker's lease is released: nobody executes a waiting run."""
+def run_await_input(
+    *,
+    run_id: UUID,
+    kind: AwaitingKind,
+    tool_call_id: UUID,
+    question: str = "",
+    child_run_id: UUID | None = None,
+) -> Run:
+    """``running`` → ``awaiting_input``: a tool needs approval, the agent asks a
+    question, or an agent it called waits for a person (``child_run_id``). The
+    worker's lease is released: nobody executes a waiting run."""
     with recording(run_id, of=Run, expect=1) as batch:
-        awaiting = {"kind": kind, **data}
+        awaiting = payloads.awaiting(
+            kind=kind, tool_call=tool_call_id, question=question, child_run=child_run_id
+        )
         run = _transition(
             batch,
             run_id,
@@ -343,7 +354,7 @@ def run_respond(
         run = Run.objects.get(pk=run_id)
         call = _waited_call(run, tool_call_id)
         kind = (run.awaiting or {}).get("kind")
-        if kind == "question":
+        if kind == AwaitingKind.QUESTION:
             if answer is None:
                 raise IllegalTransition(run_id, "waiting for an answer", "a decision")
             _tool_call_decide(batch, call, "answered", "", decided_by_id, record_reason=False)
@@ -378,7 +389,7 @@ def run_settle_child(*, child_run_id: UUID) -> UUID | None:
         if (
             parent is None
             or parent.status != RunStatus.AWAITING_INPUT
-            or awaiting.get("kind") != "delegated"
+            or awaiting.get("kind") != AwaitingKind.DELEGATED
             or awaiting.get("child_run") != str(child.pk)
         ):
             return None
@@ -395,7 +406,7 @@ def run_settle_child(*, child_run_id: UUID) -> UUID | None:
                 error_kind=ErrorKind.DOMAIN_REJECTION,
                 error_message=f"The {child.agent} agent did not answer: {detail}",
             )
-        _resume(batch, parent, answered="delegated", child_run=str(child.pk))
+        _resume(batch, parent, answered=AwaitingKind.DELEGATED, child_run=str(child.pk))
     return parent.pk
 
 

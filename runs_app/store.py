@@ -30,7 +30,7 @@ from goaai.runtime.types import (
     TurnState,
     Usage,
 )
-from goaai.runtime.vocabulary import RunStatus
+from goaai.runtime.vocabulary import AwaitingKind, RunStatus
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
@@ -346,12 +346,14 @@ class OrmRunStore:
         question: str = "",
         child_run_id: UUID | None = None,
     ) -> RunInfo:
-        data: dict[str, Any] = {"tool_call": str(tool_call_id)}
-        if question:
-            data["question"] = question
-        if child_run_id is not None:
-            data["child_run"] = str(child_run_id)
-        return run_info(services.run_await_input(run_id=run_id, kind=kind, data=data))
+        run = services.run_await_input(
+            run_id=run_id,
+            kind=AwaitingKind(kind),
+            tool_call_id=tool_call_id,
+            question=question,
+            child_run_id=child_run_id,
+        )
+        return run_info(run)
 
     def settle_child(self, run_id: UUID) -> UUID | None:
         return services.run_settle_child(child_run_id=run_id)

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_STATUS_CHOICES, EventType, SessionStatus, choices
 
 
@@ -98,13 +99,13 @@ class RunEvent(models.Model):
 
     def as_dict(self) -> dict[str, Any]:
         """The event as the API, the live streams and exports show it."""
-        return {
-            "seq": self.seq,
-            "type": self.type,
-            "run": str(self.run_id) if self.run_id else None,
-            "data": self.data,
-            "created_at": self.created_at.isoformat(),
-        }
+        return payloads.logged(
+            seq=self.seq,
+            type=self.type,
+            run=self.run_id,
+            data=self.data,
+            created_at=self.created_at,
+        )
 
 
 class ApiToken(models.Model):

@@ -80,14 +80,7 @@ def session_delete(*, session_id: UUID) -> None:
         if not deleted or owner_id is None:
             raise NotFound(f"No session {session_id}.")
         # The log went with the session: the owner's session list hears it directly.
-        change: dict[str, Any] = {
-            "seq": None,
-            "type": "session.deleted",
-            "run": None,
-            "data": {},
-            "created_at": timezone.now().isoformat(),
-            "session": str(session_id),
-        }
+        change = payloads.session_deleted(session=session_id, at=timezone.now().isoformat())
         transaction.on_commit(lambda: publish_user_change(owner_id, change))
 
 

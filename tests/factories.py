@@ -6,8 +6,8 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus
-from memory_app.models import MemoryEntry, WriterKind
+from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus, WriterKind
+from memory_app.models import MemoryEntry
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.models import Session
 

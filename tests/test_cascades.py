@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from goaai.runtime.vocabulary import MemoryScope
+from goaai.runtime.vocabulary import MemoryScope, WriterKind
 from memory_app import services as memory_services
-from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
+from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from runs_app import services as run_services
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app import services as session_services

@@ -11,8 +11,8 @@ import pytest
 from django.db import transaction
 
 from goaai.runtime import SessionEnded, rt
-from goaai.runtime.vocabulary import EventType, RunStatus, SessionStatus, ToolCallStatus
-from memory_app.models import MemoryEntry, MemoryRevision, WriterKind
+from goaai.runtime.vocabulary import EventType, RunStatus, SessionStatus, ToolCallStatus, WriterKind
+from memory_app.models import MemoryEntry, MemoryRevision
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.models import RunEvent, Session
 

@@ -52,6 +52,7 @@ from goaai.runtime.vocabulary import (
     MEMORY_RESOLUTION_ORDER,
     OPEN_RUN_STATUSES,
     OPEN_TOOL_CALL_STATUSES,
+    AwaitingKind,
     ErrorKind,
     MemoryScope,
     RunStatus,
@@ -206,11 +207,6 @@ class _Entry:
     version: int = 1
 
 
-def _writer(user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None) -> dict[str, Any]:
-    kind = "run" if run_id else "user" if user_id else "system"
-    return {"kind": kind, "user_id": user_id, "run_id": run_id, "tool_call_id": tool_call_id}
-
-
 def _clean_key(key: str) -> str:
     cleaned = key.strip()
     if not cleaned:
@@ -332,7 +328,7 @@ def _waits_for(parent: _Run, child: _Run) -> bool:
     awaiting = parent.awaiting or {}
     return (
         parent.status == RunStatus.AWAITING_INPUT
-        and awaiting.get("kind") == "delegated"
+        and awaiting.get("kind") == AwaitingKind.DELEGATED
         and awaiting.get("child_run") == str(child.id)
     )
 
@@ -505,7 +501,7 @@ class InMemoryRunStore:
             call = self._waited_call(run, tool_call_id)
             kind = (run.awaiting or {}).get("kind")
             now = self._clock()
-            if kind == "question":
+            if kind == AwaitingKind.QUESTION:
                 if answer is None:
                     raise IllegalTransition(run_id, "waiting for an answer", "a decision")
                 self._decide_call(call, "answered", "", decided_by_id, now, record_reason=False)
@@ -703,11 +699,12 @@ class InMemoryRunStore:
         question (``kind="delegated"``: until the child run the call started ends)."""
         with self._lock:
             run = self._run(run_id)
-            awaiting: dict[str, Any] = {"kind": kind, "tool_call": str(tool_call_id)}
-            if question:
-                awaiting["question"] = question
-            if child_run_id is not None:
-                awaiting["child_run"] = str(child_run_id)
+            awaiting = payloads.awaiting(
+                kind=AwaitingKind(kind),
+                tool_call=tool_call_id,
+                question=question,
+                child_run=child_run_id,
+            )
             now = self._clock()
             self._move(run, RunStatus.AWAITING_INPUT, now)
             # Nobody executes a waiting run: the worker's lease is released.
@@ -741,7 +738,7 @@ class InMemoryRunStore:
                     error_kind=ErrorKind.DOMAIN_REJECTION,
                     error_message=f"The {child.agent} agent did not answer: {detail}",
                 )
-            self._resume(parent, now, answered="delegated", child_run=str(child.id))
+            self._resume(parent, now, answered=AwaitingKind.DELEGATED, child_run=str(child.id))
             return parent.id
 
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
@@ -827,7 +824,9 @@ class InMemoryRunStore:
             entry = self._memory.get((scope, owner, key))
             self._check_version(entry, expected_version, scope, key)
             now = self._clock()
-            writer = _writer(written_by_user, written_by_run, written_by_tool_call)
+            writer = payloads.memory_writer(
+                user_id=written_by_user, run_id=written_by_run, tool_call_id=written_by_tool_call
+            )
             if entry is None:
                 entry = _Entry(
                     id=uuid.uuid4(),
@@ -989,13 +988,13 @@ class InMemoryRunStore:
     ) -> None:
         event_type, data = event
         session.events.append(
-            {
-                "seq": len(session.events) + 1,
-                "type": event_type.value,
-                "run": None if run_id is None else str(run_id),
-                "data": _json(data),
-                "created_at": now.isoformat(),
-            }
+            payloads.logged(
+                seq=len(session.events) + 1,
+                type=event_type,
+                run=run_id,
+                data=_json(data),
+                created_at=now,
+            )
         )
 
     def _log_run(self, run: _Run, event: payloads.Event, now: dt.datetime) -> None:
@@ -1115,7 +1114,7 @@ class InMemoryRunStore:
         awaiting = run.awaiting or {}
         if run.status != RunStatus.AWAITING_INPUT:
             raise IllegalTransition(run.id, run.status, "answered")
-        if awaiting.get("kind") == "delegated":
+        if awaiting.get("kind") == AwaitingKind.DELEGATED:
             raise IllegalTransition(
                 run.id,
                 f"waiting for its child run {awaiting.get('child_run')}",

@@ -8,14 +8,18 @@ them. Each builder returns ``(type, data)``; ids are strings, as JSON holds them
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 from uuid import UUID
 
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
+    SESSION_DELETED,
+    AwaitingKind,
     EventType,
     RunStatus,
     ToolCallStatus,
+    WriterKind,
 )
 
 Event = tuple[EventType, dict[str, Any]]
@@ -23,6 +27,19 @@ Event = tuple[EventType, dict[str, Any]]
 
 def _id(value: UUID | str | None) -> str | None:
     return None if value is None else str(value)
+
+
+def logged(
+    *, seq: int, type: str, run: UUID | None, data: Any, created_at: dt.datetime
+) -> dict[str, Any]:
+    """An event of the log as the API, the live streams and exports show it."""
+    return {
+        "seq": seq,
+        "type": str(type),
+        "run": _id(run),
+        "data": data,
+        "created_at": created_at.isoformat(),
+    }
 
 
 # Sessions
@@ -38,6 +55,19 @@ def session_updated(*, changes: dict[str, Any]) -> Event:
 
 def session_ended(*, ended_at: str, runs_canceled: int) -> Event:
     return EventType.SESSION_ENDED, {"ended_at": ended_at, "runs_canceled": runs_canceled}
+
+
+def session_deleted(*, session: UUID, at: str) -> dict[str, Any]:
+    """The change a deleted session's owner is told of, shaped like a logged event
+    (it is in no log: the log went with the session)."""
+    return {
+        "seq": None,
+        "type": SESSION_DELETED,
+        "run": None,
+        "data": {},
+        "created_at": at,
+        "session": str(session),
+    }
 
 
 # Runs
@@ -72,7 +102,24 @@ def run_started(*, agent: str, worker: str | None = None) -> Event:
     return EventType.RUN_STARTED, data
 
 
+def awaiting(
+    *,
+    kind: AwaitingKind,
+    tool_call: UUID,
+    question: str = "",
+    child_run: UUID | None = None,
+) -> dict[str, Any]:
+    """What a waiting run waits for, as the run records it and its event says."""
+    data: dict[str, Any] = {"kind": kind, "tool_call": str(tool_call)}
+    if question:
+        data["question"] = question
+    if child_run is not None:
+        data["child_run"] = str(child_run)
+    return data
+
+
 def run_awaiting_input(*, awaiting: dict[str, Any]) -> Event:
+    """``awaiting`` is what :func:`awaiting` built."""
     return EventType.RUN_AWAITING_INPUT, dict(awaiting)
 
 
@@ -233,6 +280,15 @@ def tool_call_ended(
 # Memory
 
 
+def memory_writer(
+    *, user_id: int | None, run_id: UUID | None, tool_call_id: UUID | None
+) -> dict[str, Any]:
+    """Who changed a memory entry: a run (and its tool call), else a user, else the
+    system, as ``memory.stored`` says it."""
+    kind = WriterKind.RUN if run_id else WriterKind.USER if user_id else WriterKind.SYSTEM
+    return {"kind": kind, "user_id": user_id, "run_id": run_id, "tool_call_id": tool_call_id}
+
+
 def memory_stored(
     *,
     entry: UUID,
@@ -242,6 +298,7 @@ def memory_stored(
     action: str,
     written_by: dict[str, Any],
 ) -> Event:
+    """``written_by`` is what :func:`memory_writer` built."""
     return EventType.MEMORY_STORED, {
         "entry": str(entry),
         "key": key,

@@ -88,6 +88,23 @@ TERMINAL_TOOL_CALL_STATUSES = frozenset(
 OPEN_TOOL_CALL_STATUSES = frozenset({ToolCallStatus.SCHEDULED, ToolCallStatus.RUNNING})
 
 
+class AwaitingKind(StrEnum):
+    """What a waiting run waits for."""
+
+    APPROVAL = "approval"  # a person to approve or deny a tool call
+    QUESTION = "question"  # a person to answer the agent's question
+    DELEGATED = "delegated"  # an agent it called, which itself waits for a person
+
+
+class WriterKind(StrEnum):
+    """Who changed a memory entry."""
+
+    USER = "user"
+    RUN = "run"
+    # Code acting on no one's behalf: a script, a management command, a migration.
+    SYSTEM = "system"
+
+
 class ErrorKind(StrEnum):
     """Why a tool call or a run failed; the same words for both."""
 
@@ -183,6 +200,10 @@ SESSION_EVENT_TYPES = frozenset(
     {EventType.SESSION_CREATED, EventType.SESSION_UPDATED, EventType.SESSION_ENDED}
 )
 
+# Sent to the owner's stream of session changes when a session is deleted; never in
+# a log (the log goes with the session).
+SESSION_DELETED = "session.deleted"
+
 # What a session list shows: these also go to the owner's stream of session changes.
 SESSION_LIST_EVENT_TYPES = frozenset(
     SESSION_EVENT_TYPES
@@ -206,6 +227,7 @@ def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
 
 # The same choices everywhere a model, a filter or the API schema lists them.
 SESSION_STATUS_CHOICES = choices(SessionStatus)
+WRITER_KIND_CHOICES = choices(WriterKind)
 RUN_STATUS_CHOICES = choices(RunStatus)
 TOOL_CALL_STATUS_CHOICES = choices(ToolCallStatus)
 MEMORY_SCOPE_CHOICES = choices(MemoryScope)

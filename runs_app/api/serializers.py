@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
+from goaai.runtime.vocabulary import AwaitingKind
 from runs_app.models import DECISION_CHOICES, Run, ToolCall, Turn
 from sessions_app.models import RunEvent
 
@@ -27,7 +28,7 @@ class RunErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class AwaitingSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    kind = serializers.ChoiceField(choices=["approval", "question", "delegated"])
+    kind = serializers.ChoiceField(choices=[kind.value for kind in AwaitingKind])
     tool_call = serializers.UUIDField(required=False)
     question = serializers.CharField(required=False)
     child_run = serializers.UUIDField(required=False)

@@ -10,8 +10,8 @@ from typing import Any
 from uuid import UUID
 
 from goaai.runtime import payloads
-from goaai.runtime.vocabulary import MemoryScope
-from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
+from goaai.runtime.vocabulary import MemoryScope, WriterKind
+from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from runs_app.seeding.log import SessionLog
 from runs_app.seeding.plan import Odds
 from runs_app.seeding.tables import Ids, Tables
@@ -41,12 +41,9 @@ class Writer:
     at: dt.datetime
 
     def as_written_by(self) -> dict[str, Any]:
-        return {
-            "kind": WriterKind.RUN,
-            "user_id": None,
-            "run_id": self.run_id,
-            "tool_call_id": self.tool_call_id,
-        }
+        return payloads.memory_writer(
+            user_id=None, run_id=self.run_id, tool_call_id=self.tool_call_id
+        )
 
 
 class SessionMemory:

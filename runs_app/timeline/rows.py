@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from goaai.runtime import payloads
 from goaai.runtime.vocabulary import (
     FAILURE_EVENT_TYPES,
     STOPPED_EVENT_TYPES,
@@ -72,13 +73,13 @@ class EventRow:
     @property
     def raw(self) -> Value:
         """The event as the API shows it, for the raw JSON view."""
-        document = {
-            "seq": self.seq,
-            "type": self.type,
-            "run": str(self.run_id) if self.run_id else None,
-            "data": self.data if self.data_complete else "(too large: download it)",
-            "created_at": self.created_at.isoformat(),
-        }
+        document = payloads.logged(
+            seq=self.seq,
+            type=self.type,
+            run=self.run_id,
+            data=self.data if self.data_complete else "(too large: download it)",
+            created_at=self.created_at,
+        )
         return make_value(document, full_url=self.data_value.full_url.split("?")[0])
 
 

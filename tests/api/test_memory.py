@@ -16,8 +16,9 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime import rt
+from goaai.runtime.vocabulary import WriterKind
 from memory_app import services
-from memory_app.models import MemoryEntry, WriterKind
+from memory_app.models import MemoryEntry
 from runs_app.models import Run, ToolCall
 from tests.factories import MemoryEntryFactory, RunFactory, SessionFactory, ToolCallFactory
 

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
-from goaai.runtime.vocabulary import EventType, MemoryScope, RunStatus
+from goaai.runtime.vocabulary import EventType, MemoryScope, RunStatus, WriterKind
 from memory_app import services
-from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction, WriterKind
+from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from runs_app.store import OrmRunStore
 from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, TurnFactory

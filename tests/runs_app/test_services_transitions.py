@@ -20,6 +20,7 @@ from goaai.runtime.errors import IllegalTransition, NotFound
 from goaai.runtime.vocabulary import (
     RUN_TRANSITIONS,
     TERMINAL_RUN_STATUSES,
+    AwaitingKind,
     EventType,
     RunStatus,
     ToolCallStatus,
@@ -30,6 +31,9 @@ from sessions_app.models import RunEvent, Session
 from tests.factories import RunFactory, ToolCallFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
+
+# The tool call a run waits on in these tests (its row is not needed).
+CALL_7 = uuid.UUID("00000000-0000-0000-0000-000000000007")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ MOVES = [
         _from_table(RunStatus.AWAITING_INPUT),
         EventType.RUN_AWAITING_INPUT,
         lambda run_id: services.run_await_input(
-            run_id=run_id, kind="approval", data={"tool_call": "call-7"}
+            run_id=run_id, kind=AwaitingKind.APPROVAL, tool_call_id=CALL_7
         ),
     ),
     Move(
@@ -155,8 +159,8 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
 
     if move.name == "run_await_input":
         assert run.ended_at is None
-        assert data == {"kind": "approval", "tool_call": "call-7"}
-        assert run.awaiting == {"kind": "approval", "tool_call": "call-7"}
+        assert data == {"kind": "approval", "tool_call": str(CALL_7)}
+        assert run.awaiting == {"kind": "approval", "tool_call": str(CALL_7)}
         assert run.awaiting_since is not None
         # Nobody executes a waiting run: the worker's lease is given up.
         assert (run.lease_owner, run.lease_expires_at) == ("", None)
@@ -215,7 +219,7 @@ def test_events_of_successive_transitions_are_numbered_in_order():
     services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
     question = ToolCallFactory(run=run, turn__run=run, status=ToolCallStatus.SCHEDULED)
     services.run_await_input(
-        run_id=run.id, kind="question", data={"tool_call": str(question.pk), "question": "City?"}
+        run_id=run.id, kind=AwaitingKind.QUESTION, tool_call_id=question.pk, question="City?"
     )
     services.run_respond(run_id=run.id, answer="Rome")
     services.run_complete(run_id=run.id, output="Rome.")
