@@ -100,5 +100,13 @@ def env_database(name: str, default: str) -> dict[str, Any]:
                 },
             )
         config["CONN_MAX_AGE"] = 0
+        # Parameters bound on the server, so that PostgreSQL plans a statement the
+        # connection runs again and again once, and psycopg prepares it after a few
+        # runs (every step of every run repeats the same few statements). Set
+        # DATABASE_PREPARED=0 behind a pooler that cannot keep prepared statements
+        # (PgBouncer in transaction mode).
+        if env_bool("DATABASE_PREPARED", default=True):
+            options.setdefault("server_side_binding", True)
+            options.setdefault("prepare_threshold", 5)
     config["OPTIONS"] = options
     return config

@@ -129,20 +129,33 @@ def _insert_events_sql(table: str, rows: int, vendor: str) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * rows)  # noqa: S608
 
 
-def insert_events(event_model: type[models.Model], events: Sequence[models.Model]) -> None:
-    """Insert ``events`` (unsaved instances whose every column is set) in one
-    statement. Call it inside ``transaction.atomic()``."""
-    fields = [event_model._meta.get_field(name) for name in _EVENT_COLUMNS]
-    rows = [
-        [
-            field.get_db_prep_save(getattr(event, field.attname), connection)  # type: ignore[union-attr]
-            for field in fields
-        ]
-        for event in events
-    ]
-    sql = _insert_events_sql(_table(event_model), len(rows), connection.vendor)
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
+def insert_events(
+    event_model: type[models.Model],
+    *,
+    session_id: UUID,
+    created_at: dt.datetime,
+    events: Sequence[tuple[UUID | None, int, str, Any]],
+) -> None:
+    """Insert a step's events, ``(run_id, seq, type, data)`` each, all of one
+    session and one instant, in one statement. The values are adapted as the
+    model's fields adapt them; those the events share, once. Call it inside
+    ``transaction.atomic()``."""
+    db = connections[DEFAULT_DB_ALIAS]
+    field = event_model._meta.get_field
+    session = field("session_id").get_db_prep_save(session_id, db)  # type: ignore[union-attr]
+    moment = field("created_at").get_db_prep_save(created_at, db)  # type: ignore[union-attr]
+    run_column, data_column = field("run_id"), field("data")
+    runs: dict[UUID | None, Any] = {}
+    rows = []
+    for run_id, seq, event_type, data in events:
+        if run_id not in runs:
+            runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
+        json = data_column.get_db_prep_save(data, db)  # type: ignore[union-attr]
+        rows.append([session, runs[run_id], seq, str(event_type), json, moment])
+    quote = db.ops.quote_name
+    sql = _insert_events_sql(quote(event_model._meta.db_table), len(rows), db.vendor)
+    with db.cursor() as cursor:
+        if db.vendor == "sqlite":
             cursor.executemany(sql, rows)
         else:
             cursor.execute(sql, [value for row in rows for value in row])

@@ -88,7 +88,12 @@ class EventBatch:
         now = self.now
         for position, event in enumerate(events, start=self.last_seq + 1):
             event.seq, event.created_at = position, now
-        sql.insert_events(RunEvent, events)
+        sql.insert_events(
+            RunEvent,
+            session_id=self.session_id,
+            created_at=now,
+            events=[(event.run_id, event.seq, event.type, event.data) for event in events],
+        )
         self.last_seq += count
         owner_id = self.session_owner_id
         transaction.on_commit(lambda: publish_events(events, owner_id))
