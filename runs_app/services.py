@@ -410,9 +410,18 @@ def run_settle_child(*, child_run_id: UUID) -> UUID | None:
     return parent.pk
 
 
-def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> tuple[Run, bool] | None:
-    """Take a run for execution under a lease: the run, and whether it has just
-    started (``False``: it was taken over); ``None`` if it is not claimable.
+class Claim(NamedTuple):
+    """A run taken for execution: the run, whether it has just started (``False``:
+    it was taken over), and the user its session belongs to."""
+
+    run: Run
+    fresh: bool
+    owner_id: int
+
+
+def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None:
+    """Take a run for execution under a lease (:class:`Claim`); ``None`` if it is
+    not claimable.
 
     A pending run starts (``run.started``); a running run that no live worker holds
     (its lease expired, or it was released after an answer) is taken over, and
@@ -433,7 +442,7 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> tuple[Run, b
             return None
         if started:
             batch.add(*payloads.run_started(agent=run.agent, worker=owner), run_id=run_id)
-            return run, True
+            return Claim(run, True, batch.session_owner_id)
         if run.status != RunStatus.RUNNING or _lease_live(run):
             return None
         # Compare-and-set on the lease as it was seen expired: if its holder renewed
@@ -451,7 +460,7 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> tuple[Run, b
                 run_id=run_id,
             )
         run.lease_owner, run.lease_expires_at = owner, expires
-    return run, False
+    return Claim(run, False, batch.session_owner_id)
 
 
 def run_renew_lease(*, run_id: UUID, owner: str, lease_seconds: float) -> bool:

@@ -40,7 +40,7 @@ from runs_app.sessions import session_end
 from sessions_app import services as session_services
 from sessions_app.models import Session
 from sessions_app.publisher import publish_delta
-from sessions_app.selectors import session_get, session_owner_and_agent
+from sessions_app.selectors import session_get
 
 # How many remembered facts a run is shown at its start.
 MEMORY_CONTEXT_LIMIT = 20
@@ -231,13 +231,13 @@ class OrmRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
-        if claim is None:
-            return None
-        run, fresh = claim
-        owner_and_agent = session_owner_and_agent(run.session_id)
-        if owner_and_agent is None:
-            return None
+        # The claim and what the run starts from, read in the same transaction.
+        with transaction.atomic():
+            claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+            return None if claim is None else self._context(claim, owner)
+
+    def _context(self, claim: services.Claim, owner: str) -> RunContext:
+        run, fresh = claim.run, claim.fresh
         history: list[Message] = []
         if run.parent_run_id is None:
             for user_text, answer in selectors.session_history(
@@ -253,7 +253,7 @@ class OrmRunStore:
         return RunContext(
             run_id=run.id,
             session_id=run.session_id,
-            owner_id=owner_and_agent[0],
+            owner_id=claim.owner_id,
             agent=run.agent,
             input=run.input,
             labels=run.labels,
