@@ -141,9 +141,10 @@ def _transition(
     moved = Run.objects.filter(pk=run_id, status__in=allowed).update(
         status=target, updated_at=batch.now, **values
     )
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        raise NotFound(f"No run {run_id}.")
+    try:
+        run = Run.objects.get(pk=run_id)
+    except Run.DoesNotExist:
+        raise NotFound(f"No run {run_id}.") from None
     if not moved:
         raise IllegalTransition(run_id, run.status, target)
     return run
@@ -158,8 +159,9 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             parent_run_id=run_id, status__in=OPEN_RUN_STATUSES
         ).values_list("id", flat=True):
             _cancel_or_flag(batch, child_id, f"its parent run {run_id} ended {status}")
-    for call in ToolCall.objects.filter(run_id=run_id, status__in=OPEN_TOOL_CALL_STATUSES):
-        _tool_call_end(batch, call, ToolCallStatus.CANCELED, reason=f"the run {status}")
+    still_open = ToolCall.objects.filter(run_id=run_id, status__in=OPEN_TOOL_CALL_STATUSES)
+    for row in still_open.values_list(*_CallOf._fields):
+        _tool_call_end(batch, _CallOf(*row), ToolCallStatus.CANCELED, reason=f"the run {status}")
     batch.add(
         *payloads.run_ended(
             status=status,
@@ -316,7 +318,7 @@ def _username(user_id: int | None) -> str | None:
     return name
 
 
-def _waited_call(run: Run, tool_call_id: UUID | None) -> ToolCall:
+def _waited_call(run: Run, tool_call_id: UUID | None) -> _CallOf:
     """The tool call a waiting run waits on, checked against what an answer names."""
     awaiting = run.awaiting or {}
     if run.status != RunStatus.AWAITING_INPUT:
@@ -332,7 +334,7 @@ def _waited_call(run: Run, tool_call_id: UUID | None) -> ToolCall:
         raise IllegalTransition(
             run.pk, f"waiting on tool call {waited}", f"an answer for {tool_call_id}"
         )
-    return ToolCall.objects.get(pk=waited)
+    return _tool_call(waited)
 
 
 def run_respond(
@@ -393,7 +395,7 @@ def run_settle_child(*, child_run_id: UUID) -> UUID | None:
             or awaiting.get("child_run") != str(child.pk)
         ):
             return None
-        call = ToolCall.objects.get(pk=UUID(str(awaiting["tool_call"])))
+        call = _tool_call(UUID(str(awaiting["tool_call"])))
         if child.status == RunStatus.COMPLETED:
             result = {"agent": child.agent, "run": str(child.pk), "answer": child.output}
             _tool_call_end(batch, call, ToolCallStatus.SUCCEEDED, result=result)
@@ -642,23 +644,24 @@ def tool_call_start(
     )
 
 
-def _tool_call(tool_call_id: UUID) -> ToolCall:
-    """The tool call a step changes, with what the step reads of it (not its
-    arguments or result)."""
+class _CallOf(NamedTuple):
+    """What a step reads of the tool call it changes (not its arguments or result)."""
+
+    id: UUID
+    run_id: UUID
+    session_id: UUID
+    name: str
+    status: str
+    attempt: int
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+
+
+def _tool_call(tool_call_id: UUID) -> _CallOf:
     row = sql.tool_call_of(ToolCall, tool_call_id)
     if row is None:
         raise NotFound(f"No tool call {tool_call_id}.")
-    run_id, session_id, name, status, attempt, created_at, started_at = row
-    return ToolCall(
-        id=tool_call_id,
-        run_id=run_id,
-        session_id=session_id,
-        name=name,
-        status=status,
-        attempt=attempt,
-        created_at=created_at,
-        started_at=started_at,
-    )
+    return _CallOf(tool_call_id, *row)
 
 
 def tool_call_begin(*, tool_call_id: UUID) -> int:
@@ -704,7 +707,7 @@ def tool_call_finish(
 
 def _tool_call_decide(
     batch: EventBatch,
-    call: ToolCall,
+    call: _CallOf,
     decision: str,
     reason: str,
     decided_by_id: int | None,
@@ -712,7 +715,7 @@ def _tool_call_decide(
     record_reason: bool,
 ) -> None:
     """Record what a person decided about a tool call that asked them."""
-    ToolCall.objects.filter(pk=call.pk).update(
+    ToolCall.objects.filter(pk=call.id).update(
         decision=decision,
         decision_reason=reason,
         decided_by_id=decided_by_id,
@@ -720,7 +723,7 @@ def _tool_call_decide(
     )
     batch.add(
         *payloads.tool_call_decided(
-            tool_call=call.pk,
+            tool_call=call.id,
             name=call.name,
             decision=decision,
             reason=reason if record_reason else None,
@@ -734,7 +737,7 @@ def _tool_call_decide(
 
 def _tool_call_end(
     batch: EventBatch,
-    call: ToolCall,
+    call: _CallOf,
     status: ToolCallStatus,
     *,
     result: Any = None,
@@ -762,13 +765,13 @@ def _tool_call_end(
     if call.started_at is None and status == ToolCallStatus.SUCCEEDED:
         # Answered by a person (a question): the answer was its one attempt.
         changes.update(started_at=call.created_at, attempt=F("attempt") + 1)
-    ended = ToolCall.objects.filter(pk=call.pk, status__in=only_from).update(**changes)
+    ended = ToolCall.objects.filter(pk=call.id, status__in=only_from).update(**changes)
     if not ended:
-        current = _tool_call(call.pk).status
-        raise IllegalTransition(call.pk, current, status, what="Tool call")
+        current = _tool_call(call.id).status
+        raise IllegalTransition(call.id, current, status, what="Tool call")
     event = payloads.tool_call_ended(
         status=status,
-        tool_call=call.pk,
+        tool_call=call.id,
         name=call.name,
         duration_ms=duration,
         result=result,

@@ -27,7 +27,7 @@ from django.utils import timezone
 from goaai import sql
 from goaai.runtime.errors import NotFound
 from sessions_app.models import RunEvent, Session
-from sessions_app.publisher import publish_events
+from sessions_app.publisher import Written, publish_events
 
 
 class EventBatch:
@@ -62,20 +62,17 @@ class EventBatch:
         self.session_status = session_status
         self.session_owner_id = session_owner_id
         self.session_agent = session_agent
-        self.pending: list[RunEvent] = []
+        self.pending: list[tuple[str, dict[str, Any], UUID | None]] = []
         # The step's time, for the timestamps its rows carry.
         self.now: dt.datetime = timezone.now()
 
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
-        self.pending.append(
-            RunEvent(session_id=self.session_id, run_id=run_id, type=type, data=data)
-        )
+        self.pending.append((type, data, run_id))
 
-    def flush(self) -> list[RunEvent]:
-        """Number and insert the pending events, and return them (as written: they
-        carry no primary key)."""
-        events, self.pending = self.pending, []
-        count = len(events)
+    def flush(self) -> list[Written]:
+        """Number and insert the pending events, and return them as written."""
+        pending, self.pending = self.pending, []
+        count = len(pending)
         if count != self.reserved:
             # Fewer or more events than reserved: move the counter by the difference,
             # so that it ends exactly at the last event written (no gap).
@@ -85,12 +82,14 @@ class EventBatch:
         self.reserved = 0
         if not count:
             return []
-        now = self.now
-        for position, event in enumerate(events, start=self.last_seq + 1):
-            event.seq, event.created_at = position, now
+        now, session_id = self.now, self.session_id
+        events = [
+            Written(session_id, run_id, seq, str(type), data, now)
+            for seq, (type, data, run_id) in enumerate(pending, start=self.last_seq + 1)
+        ]
         sql.insert_events(
             RunEvent,
-            session_id=self.session_id,
+            session_id=session_id,
             created_at=now,
             events=[(event.run_id, event.seq, event.type, event.data) for event in events],
         )

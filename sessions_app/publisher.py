@@ -10,18 +10,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import queue
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
-from sessions_app.models import RunEvent
 
 logger = logging.getLogger(__name__)
+
+
+class Written(NamedTuple):
+    """An event as a step wrote it to the log: what live subscribers are sent."""
+
+    session_id: UUID
+    run_id: UUID | None
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: dt.datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return payloads.logged(
+            seq=self.seq,
+            type=self.type,
+            run=self.run_id,
+            data=self.data,
+            created_at=self.created_at,
+        )
 
 
 def session_group(session_id: UUID | str) -> str:
@@ -70,7 +91,7 @@ class _Publisher:
         # thread has none.
         return not isinstance(layer, InMemoryChannelLayer) or group in layer.groups
 
-    def send(self, group: str, message: dict[str, Any] | tuple[list[RunEvent], int | None]) -> None:
+    def send(self, group: str, message: dict[str, Any] | tuple[list[Written], int | None]) -> None:
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             server = self._server_loop
@@ -169,7 +190,7 @@ class _Publisher:
 publisher = _Publisher()
 
 
-def publish_events(events: list[RunEvent], owner_id: int | None = None) -> None:
+def publish_events(events: list[Written], owner_id: int | None = None) -> None:
     """Queue committed events for the session's live subscribers, and the ones a
     session list shows for the owner's (``owner_id``) stream of changes."""
     if not events:
