@@ -33,10 +33,17 @@ PROMPTS = (
     "what is my favourite colour?",
     "calculate 2 * (3 + 4)",
 )
-# PostgreSQL 15 writes a backend's counters to pg_stat_database when it goes idle,
-# at most once a second; what it holds back then is written 10 s later at the
-# latest. Reads wait that long after the last statement.
-SETTLE_SECONDS = 11.0
+# A PostgreSQL 15 backend writes its counters to pg_stat_database lazily: at most
+# once a second, and a transaction that read no table is held back until one that
+# did (or the backend's exit). Before each reading every connection of this process
+# runs this (it reads a catalog table so that the flush it forces has something to
+# write); it is one transaction each, subtracted. Not prepared: psycopg's preparing
+# of a statement outside a transaction is a transaction of its own.
+FLUSH = "SELECT pg_stat_force_next_flush() FROM pg_catalog.pg_am LIMIT 1"
+# Celery worker processes close their connections after each task (backends flush
+# at exit); this long is left for that before a reading.
+FLUSH_WAIT = 1.5
+WARM_UP_RUNS = 6
 RESULT = "RESULT "
 WORKER_KEY = "goaai-bench:worker-tally"
 
@@ -129,7 +136,7 @@ class DatabaseMeter:
     def read(self) -> tuple[int, int]:
         """Transactions, and connections opened (each begins with a transaction of
         its own, which the driver does not see)."""
-        time.sleep(SETTLE_SECONDS)
+        time.sleep(FLUSH_WAIT)
         with quiet():
             self.connection.execute("SELECT pg_stat_clear_snapshot()")
             row = self.connection.execute(
@@ -141,6 +148,33 @@ class DatabaseMeter:
     def close(self) -> None:
         with quiet():
             self.connection.close()
+
+
+def flush(raw: Any) -> int:
+    with quiet():
+        raw.execute(FLUSH, prepare=False)
+    return 1
+
+
+def flush_connections() -> int:
+    """Have every PostgreSQL connection of this process write its counters (the
+    calling thread's, and the idle ones in Django's pool); how many transactions
+    that took."""
+    from django.db import connection
+
+    flushed = flush(connection.connection) if connection.connection is not None else 0
+    pool = connection.pool
+    if pool is None:
+        return flushed
+    taken = []
+    try:
+        while pool.get_stats().get("pool_available", 0) > 0:
+            taken.append(pool.getconn(timeout=5))
+        flushed += sum(flush(raw) for raw in taken)
+    finally:
+        for raw in taken:
+            pool.putconn(raw)
+    return flushed
 
 
 # Celery
@@ -205,12 +239,16 @@ class InProcess:
 
         self.rt = rt
         rt.configure(executor=mode)
-        self.polls = 0
+        # Transactions the benchmark itself ran on the database, subtracted.
+        self.own = 0
 
     def run_all(self, prompt: str, sessions: list[Any]) -> None:
         for session in sessions:
             run = self.rt.run("assistant", prompt, session=session)
             assert run.status == "completed", run
+
+    def flush(self) -> None:
+        self.own += flush_connections()
 
     def close(self) -> None:
         self.rt.reset()
@@ -219,7 +257,7 @@ class InProcess:
 class OnCelery(InProcess):
     """``rt.start`` for every session, then one ``rt.get_run`` each once the worker
     has ended them all. The benchmark watches the runs on a connection of its own
-    and subtracts its statements (``polls``) from the database's count."""
+    and subtracts its transactions from the database's count."""
 
     def __init__(self, url: str) -> None:
         import psycopg
@@ -242,12 +280,16 @@ class OnCelery(InProcess):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with quiet():
-                left = self.watch.execute(sql, [run_ids]).fetchone()
-            self.polls += 1
+                left = self.watch.execute(sql, [run_ids], prepare=False).fetchone()
+            self.own += 1
             if left is not None and left[0] == 0:
                 return
             time.sleep(0.1)
         raise RuntimeError("the worker did not end the runs within 300 s")
+
+    def flush(self) -> None:
+        super().flush()
+        self.own += flush(self.watch)
 
     def close(self) -> None:
         with quiet():
@@ -262,7 +304,7 @@ class OnCelery(InProcess):
 class Sample:
     tally: Tally
     database: tuple[int, int] | None
-    polls: int
+    own: int
 
 
 @dataclass
@@ -288,19 +330,22 @@ class Part:
         self.db = "sqlite" if args.part == "sqlite" else "postgres"
 
     def sample(self, runner: InProcess) -> Sample:
-        database = self.meter.read() if self.meter else None
+        database = None
+        if self.meter:
+            runner.flush()
+            database = self.meter.read()
         tally = self.counter.snapshot()
         if self.args.part == "celery":
             tally = tally.plus(worker_tally(self.args.redis))
-        return Sample(tally, database, runner.polls)
+        return Sample(tally, database, runner.own)
 
     def row(self, mode: str, prompt: str, before: Sample, after: Sample) -> Row:
         runs = self.args.runs
         delta = after.tally.minus(before.tally)
         transactions = connections = None
         if after.database is not None and before.database is not None:
-            polls = after.polls - before.polls
-            transactions = (after.database[0] - before.database[0] - polls) / runs
+            own = after.own - before.own
+            transactions = (after.database[0] - before.database[0] - own) / runs
             connections = (after.database[1] - before.database[1]) / runs
         per_run = {key: value / runs for key, value in asdict(delta).items()}
         return Row(self.db, mode, prompt, runs, transactions, connections, **per_run)
@@ -311,8 +356,10 @@ class Part:
         runner = OnCelery(self.url) if mode == "celery" else InProcess(mode)
         try:
             sessions = [rt.create_session(owner=self.user).id for _ in range(self.args.runs)]
-            warm = [rt.create_session(owner=self.user).id]
-            for prompt in PROMPTS:  # connections, prepared statements, caches
+            # Connections, prepared statements (psycopg prepares a statement on its
+            # fifth use on a connection), caches.
+            warm = [rt.create_session(owner=self.user).id for _ in range(WARM_UP_RUNS)]
+            for prompt in PROMPTS:
                 runner.run_all(prompt, warm)
             rows, before = [], self.sample(runner)
             for prompt in PROMPTS:
@@ -458,9 +505,7 @@ def main() -> None:
     if args.part:
         run_part(args)
         return
-    print(
-        f"{args.runs} runs per prompt and mode; database counts settle {SETTLE_SECONDS:g} s per reading"
-    )
+    print(f"{args.runs} runs per prompt and mode")
     rows = [row for part in plan(args) for row in run_in_process(part, args)]
     summary(rows)
 

@@ -28,7 +28,6 @@ from goaai.runtime.types import (
     ToolCallState,
     ToolOutcome,
     TurnState,
-    Usage,
 )
 from goaai.runtime.vocabulary import AwaitingKind, RunStatus
 from memory_app import selectors as memory_selectors
@@ -38,7 +37,6 @@ from runs_app import selectors, services
 from runs_app.models import Run, Turn
 from runs_app.sessions import session_end
 from sessions_app import services as session_services
-from sessions_app.models import Session
 from sessions_app.publisher import publish_delta
 from sessions_app.selectors import session_get
 
@@ -54,75 +52,7 @@ def _turn_state(turn: Turn) -> TurnState:
         ended=turn.ended_at is not None,
         response_text=turn.response_text,
         response_tool_calls=tuple(ToolCallRequest.from_dict(c) for c in turn.response_tool_calls),
-        tool_calls=tuple(
-            ToolCallState(
-                id=call.id,
-                index=call.index,
-                call_id=call.call_id,
-                name=call.name,
-                arguments=call.arguments,
-                status=call.status,
-                result=call.result,
-                error_kind=call.error_kind,
-                error_message=call.error_message,
-                requires_approval=call.requires_approval,
-                decision=call.decision,
-                decision_reason=call.decision_reason,
-                attempt=call.attempt,
-            )
-            for call in turn.tool_calls.all()
-        ),
-    )
-
-
-def session_info(session: Session) -> SessionInfo:
-    return SessionInfo(
-        id=session.id,
-        owner_id=session.owner_id,
-        agent=session.agent,
-        title=session.title,
-        status=session.status,
-        metadata=session.metadata,
-        created_at=session.created_at,
-        ended_at=session.ended_at,
-    )
-
-
-def run_info(run: Run) -> RunInfo:
-    error = (
-        RunError(kind=run.error_kind, message=run.error_message, retryable=run.error_retryable)
-        if run.error_kind
-        else None
-    )
-    return RunInfo(
-        id=run.id,
-        session_id=run.session_id,
-        agent=run.agent,
-        status=run.status,
-        input=run.input,
-        output=run.output,
-        labels=run.labels,
-        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
-        error=error,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        ended_at=run.ended_at,
-        parent_run_id=run.parent_run_id,
-    )
-
-
-def memory_record(entry: MemoryEntry) -> MemoryRecord:
-    return MemoryRecord(
-        id=entry.id,
-        key=entry.key,
-        value=entry.value,
-        scope=entry.scope,
-        session_id=entry.session_id,
-        user_id=entry.user_id,
-        agent=entry.agent,
-        version=entry.version,
-        updated_at=entry.updated_at,
-        expires_at=entry.expires_at,
+        tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
     )
 
 
@@ -134,17 +64,17 @@ class OrmRunStore:
     def create_session(
         self, *, owner_id: int, agent: str, title: str, metadata: dict[str, Any]
     ) -> SessionInfo:
-        return session_info(
+        return SessionInfo.of(
             session_services.session_create(
                 owner_id=owner_id, agent=agent, title=title, metadata=metadata
             )
         )
 
     def get_session(self, session_id: UUID) -> SessionInfo:
-        return session_info(session_get(session_id=session_id))
+        return SessionInfo.of(session_get(session_id=session_id))
 
     def end_session(self, session_id: UUID) -> SessionInfo:
-        return session_info(session_end(session_id=session_id))
+        return SessionInfo.of(session_end(session_id=session_id))
 
     # Runs
 
@@ -174,13 +104,13 @@ class OrmRunStore:
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
         )
-        return run_info(run)
+        return RunInfo.of(run)
 
     def get_run(self, run_id: UUID) -> RunInfo:
-        return run_info(selectors.run_get(run_id=run_id))
+        return RunInfo.of(selectors.run_get(run_id=run_id))
 
     def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
-        return run_info(services.run_request_cancel(run_id=run_id, reason=reason))
+        return RunInfo.of(services.run_request_cancel(run_id=run_id, reason=reason))
 
     def respond(
         self,
@@ -200,7 +130,7 @@ class OrmRunStore:
             answer=answer,
             decided_by_id=decided_by_id,
         )
-        return run_info(run)
+        return RunInfo.of(run)
 
     def create_child_run(
         self,
@@ -226,7 +156,7 @@ class OrmRunStore:
             parent_tool_call_id=parent_tool_call_id,
             policy_decisions=policy_decisions,
         )
-        return run_info(run)
+        return RunInfo.of(run)
 
     # The turn loop
 
@@ -353,7 +283,7 @@ class OrmRunStore:
             question=question,
             child_run_id=child_run_id,
         )
-        return run_info(run)
+        return RunInfo.of(run)
 
     def settle_child(self, run_id: UUID) -> UUID | None:
         return services.run_settle_child(child_run_id=run_id)
@@ -381,7 +311,7 @@ class OrmRunStore:
             run = services.run_fail(
                 run_id=run_id, kind=error.kind, message=error.message, retryable=error.retryable
             )
-        return run_info(run)
+        return RunInfo.of(run)
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
         services.policy_decision_record(run_id=run_id, rule=rule, verdict=verdict, reason=reason)
@@ -425,7 +355,7 @@ class OrmRunStore:
             written_by_tool_call_id=written_by_tool_call,
             log_session_id=self._log_session(session_id, written_by_run),
         )
-        return memory_record(entry)
+        return MemoryRecord.of(entry)
 
     def memory_keys(
         self,
@@ -455,7 +385,7 @@ class OrmRunStore:
         entry = memory_selectors.memory_get(
             key=key, scope=scope, session_id=session_id, user_id=user_id, agent=agent
         )
-        return memory_record(entry) if entry else None
+        return MemoryRecord.of(entry) if entry else None
 
     def delete_memory(
         self,

@@ -46,7 +46,6 @@ from goaai.runtime.types import (
     ToolCallState,
     ToolOutcome,
     TurnState,
-    Usage,
 )
 from goaai.runtime.vocabulary import (
     MEMORY_RESOLUTION_ORDER,
@@ -239,74 +238,6 @@ def _memory_owner(
     return needed.value, given.get(needed)
 
 
-def _session_info(session: _Session) -> SessionInfo:
-    return SessionInfo(
-        id=session.id,
-        owner_id=session.owner_id,
-        agent=session.agent,
-        title=session.title,
-        status=session.status,
-        metadata=_json(session.metadata),
-        created_at=session.created_at,
-        ended_at=session.ended_at,
-    )
-
-
-def _run_info(run: _Run) -> RunInfo:
-    error = (
-        RunError(kind=run.error_kind, message=run.error_message, retryable=run.error_retryable)
-        if run.error_kind
-        else None
-    )
-    return RunInfo(
-        id=run.id,
-        session_id=run.session_id,
-        agent=run.agent,
-        status=run.status,
-        input=run.input,
-        output=run.output,
-        labels=dict(run.labels),
-        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
-        error=error,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        ended_at=run.ended_at,
-        parent_run_id=run.parent_run_id,
-    )
-
-
-def _call_state(call: _ToolCall) -> ToolCallState:
-    return ToolCallState(
-        id=call.id,
-        index=call.index,
-        call_id=call.call_id,
-        name=call.name,
-        arguments=_json(call.arguments),
-        status=call.status,
-        result=_json(call.result),
-        error_kind=call.error_kind,
-        error_message=call.error_message,
-        requires_approval=call.requires_approval,
-        decision=call.decision,
-        decision_reason=call.decision_reason,
-        attempt=call.attempt,
-    )
-
-
-def _memory_record(entry: _Entry) -> MemoryRecord:
-    return MemoryRecord(
-        id=entry.id,
-        key=entry.key,
-        value=_json(entry.value),
-        scope=entry.scope,
-        session_id=entry.session_id,
-        user_id=entry.user_id,
-        agent=entry.agent,
-        version=entry.version,
-        updated_at=entry.updated_at,
-    )
-
-
 def _lease_live(run: _Run, now: dt.datetime) -> bool:
     return run.lease_expires_at is not None and run.lease_expires_at > now
 
@@ -380,7 +311,7 @@ class InMemoryRunStore:
     def child_runs(self, run_id: UUID) -> list[RunInfo]:
         """The runs ``run_id`` started by calling agents as tools, oldest first."""
         with self._lock:
-            return [_run_info(child) for child in self._children(self._run(run_id))]
+            return [RunInfo.of(child, _json) for child in self._children(self._run(run_id))]
 
     # Sessions
 
@@ -407,11 +338,11 @@ class InMemoryRunStore:
                 ),
                 now,
             )
-            return _session_info(session)
+            return SessionInfo.of(session, _json)
 
     def get_session(self, session_id: UUID) -> SessionInfo:
         with self._lock:
-            return _session_info(self._session(session_id))
+            return SessionInfo.of(self._session(session_id), _json)
 
     def end_session(self, session_id: UUID) -> SessionInfo:
         """End a session: runs in flight are canceled (a run a live worker executes
@@ -419,7 +350,7 @@ class InMemoryRunStore:
         with self._lock:
             session = self._session(session_id)
             if session.status == SessionStatus.ENDED:
-                return _session_info(session)
+                return SessionInfo.of(session, _json)
             now = self._clock()
             session.status, session.ended_at = SessionStatus.ENDED, now
             open_runs = [run for run in self._runs_of(session) if run.status in OPEN_RUN_STATUSES]
@@ -430,7 +361,7 @@ class InMemoryRunStore:
                 payloads.session_ended(ended_at=now.isoformat(), runs_canceled=len(open_runs)),
                 now,
             )
-            return _session_info(session)
+            return SessionInfo.of(session, _json)
 
     # Runs
 
@@ -467,11 +398,11 @@ class InMemoryRunStore:
                 fingerprint=fingerprint,
             )
             self._add_run(run, policy_decisions or [])
-            return _run_info(run)
+            return RunInfo.of(run, _json)
 
     def get_run(self, run_id: UUID) -> RunInfo:
         with self._lock:
-            return _run_info(self._run(run_id))
+            return RunInfo.of(self._run(run_id), _json)
 
     def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
         """Ask a run to stop: a run no loop steps through is canceled at once, a
@@ -479,7 +410,7 @@ class InMemoryRunStore:
         with self._lock:
             run = self._run(run_id)
             self._cancel_or_flag(run, reason, self._clock())
-            return _run_info(run)
+            return RunInfo.of(run, _json)
 
     def respond(
         self,
@@ -509,7 +440,7 @@ class InMemoryRunStore:
             else:
                 self._approve_or_deny(run, call, decision, reason, decided_by_id, now)
             self._resume(run, now, answered=kind)
-            return _run_info(run)
+            return RunInfo.of(run, _json)
 
     def create_child_run(
         self,
@@ -541,7 +472,7 @@ class InMemoryRunStore:
                 parent_tool_call_id=parent_tool_call_id,
             )
             self._add_run(child, policy_decisions or [])
-            return _run_info(child)
+            return RunInfo.of(child, _json)
 
     # The turn loop
 
@@ -711,7 +642,7 @@ class InMemoryRunStore:
             run.awaiting, run.awaiting_since = awaiting, now
             run.lease_owner, run.lease_expires_at = "", None
             self._log_run(run, payloads.run_awaiting_input(awaiting=awaiting), now)
-            return _run_info(run)
+            return RunInfo.of(run, _json)
 
     def settle_child(self, run_id: UUID) -> UUID | None:
         """A child run ended: if its parent waits for it, its answer (or failure)
@@ -783,7 +714,7 @@ class InMemoryRunStore:
                     error_message=failure.message,
                     error_retryable=failure.retryable,
                 )
-            return _run_info(run)
+            return RunInfo.of(run, _json)
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
         with self._lock:
@@ -856,7 +787,7 @@ class InMemoryRunStore:
                     written_by=writer,
                 )
                 self._log(log, event, now, run_id=written_by_run)
-            return _memory_record(entry)
+            return MemoryRecord.of(entry, _json)
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
         with self._lock:
@@ -864,7 +795,7 @@ class InMemoryRunStore:
             for scope in MEMORY_RESOLUTION_ORDER:
                 entry = self._memory.get((scope.value, self._scope_owner(scope, session), key))
                 if entry is not None:
-                    return _memory_record(entry)
+                    return MemoryRecord.of(entry, _json)
             return None
 
     def memory_keys(
@@ -891,7 +822,7 @@ class InMemoryRunStore:
         with self._lock:
             scope, owner = _memory_owner(scope, session_id, user_id, agent)
             entry = self._memory.get((scope, owner, key))
-            return _memory_record(entry) if entry is not None else None
+            return MemoryRecord.of(entry, _json) if entry is not None else None
 
     def delete_memory(
         self,
@@ -1330,7 +1261,7 @@ class InMemoryRunStore:
                     response_tool_calls=tuple(
                         ToolCallRequest.from_dict(c) for c in turn.response_tool_calls
                     ),
-                    tool_calls=tuple(_call_state(call) for call in calls),
+                    tool_calls=tuple(ToolCallState.of(call, _json) for call in calls),
                 )
             )
         return tuple(states)
@@ -1361,7 +1292,7 @@ class InMemoryRunStore:
         if expected_version != entry.version:
             raise MemoryConflict(
                 f"The {scope} entry {key!r} is at version {entry.version}, not {expected_version}.",
-                current=_memory_record(entry),
+                current=MemoryRecord.of(entry, _json),
             )
 
     @staticmethod

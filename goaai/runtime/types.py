@@ -6,6 +6,7 @@ Plain dataclasses: the runtime never sees an ORM object.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -96,6 +97,16 @@ class RunError:
     retryable: bool = False
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+# The records below are built by a store from its own rows (database rows, or the
+# in-memory store's), whose attributes carry the same names. ``copy`` is applied to
+# their JSON values: a store that hands out its own objects passes a deep copy.
+Copy = Callable[[Any], Any]
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     id: UUID
@@ -106,6 +117,19 @@ class SessionInfo:
     metadata: dict[str, Any]
     created_at: dt.datetime
     ended_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, session: Any, copy: Copy = _same) -> SessionInfo:
+        return cls(
+            id=session.id,
+            owner_id=session.owner_id,
+            agent=session.agent,
+            title=session.title,
+            status=session.status,
+            metadata=copy(session.metadata),
+            created_at=session.created_at,
+            ended_at=session.ended_at,
+        )
 
 
 @dataclass(frozen=True)
@@ -123,6 +147,29 @@ class RunInfo:
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
     parent_run_id: UUID | None = None
+
+    @classmethod
+    def of(cls, run: Any, copy: Copy = _same) -> RunInfo:
+        error = (
+            RunError(kind=run.error_kind, message=run.error_message, retryable=run.error_retryable)
+            if run.error_kind
+            else None
+        )
+        return cls(
+            id=run.id,
+            session_id=run.session_id,
+            agent=run.agent,
+            status=run.status,
+            input=run.input,
+            output=run.output,
+            labels=copy(run.labels),
+            usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+            error=error,
+            created_at=run.created_at,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            parent_run_id=run.parent_run_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -142,6 +189,24 @@ class ToolCallState:
     decision: str = ""
     decision_reason: str = ""
     attempt: int = 0
+
+    @classmethod
+    def of(cls, call: Any, copy: Copy = _same) -> ToolCallState:
+        return cls(
+            id=call.id,
+            index=call.index,
+            call_id=call.call_id,
+            name=call.name,
+            arguments=copy(call.arguments),
+            status=call.status,
+            result=copy(call.result),
+            error_kind=call.error_kind,
+            error_message=call.error_message,
+            requires_approval=call.requires_approval,
+            decision=call.decision,
+            decision_reason=call.decision_reason,
+            attempt=call.attempt,
+        )
 
     @property
     def outcome(self) -> ToolOutcome:
@@ -202,6 +267,21 @@ class MemoryRecord(NamedTuple):
     version: int
     updated_at: dt.datetime
     expires_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, entry: Any, copy: Copy = _same) -> MemoryRecord:
+        return cls(
+            id=entry.id,
+            key=entry.key,
+            value=copy(entry.value),
+            scope=entry.scope,
+            session_id=entry.session_id,
+            user_id=entry.user_id,
+            agent=entry.agent,
+            version=entry.version,
+            updated_at=entry.updated_at,
+            expires_at=getattr(entry, "expires_at", None),
+        )
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import time
 import pytest
 from django.utils import timezone
 
+from goaai.runtime.types import MemoryRecord
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import selectors, services
 from memory_app.models import MemoryEntry
-from runs_app.store import memory_record
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +42,7 @@ def test_the_resolved_record_is_the_stored_entry(owner, scope, value):
 
     record = selectors.memory_resolve_record(key=KEY, session_id=session.id)
 
-    assert record == memory_record(MemoryEntry.objects.get(key=KEY, scope=scope))
+    assert record == MemoryRecord.of(MemoryEntry.objects.get(key=KEY, scope=scope))
     assert record is not None
     assert record.expires_at == expires
 
