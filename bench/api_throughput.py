@@ -61,9 +61,6 @@ class Round:
     def rate(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
 
-    def bad(self, expect: int) -> int:
-        return sum(n for code, n in self.statuses.items() if code != expect) + self.socket_errors
-
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,7 +68,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--postgres",
         default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_ADMIN_URL),
-        help=f"a PostgreSQL server URL; the benchmark creates and drops {DATABASE} on it",
+        help=f"a PostgreSQL server URL; the benchmark makes a fresh {DATABASE} on it",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per side and operation")
@@ -120,6 +117,10 @@ def setup_django(url: str) -> None:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
+    import sessions_app
+
+    if not Path(str(sessions_app.__file__)).resolve().is_relative_to(ROOT):
+        sys.exit(f"goaai's apps come from {sessions_app.__file__}, not from {ROOT}")
     call_command("migrate", verbosity=0)
     get_user_model().objects.create_user(USERNAME, password=PASSWORD)
 
@@ -338,8 +339,10 @@ def parse_wrk(output: str) -> Round:
             requests, micros, errors = int(parts[2]), int(parts[3]), int(parts[4])
         elif parts[1] == "status":
             statuses[int(parts[2])] = statuses.get(int(parts[2]), 0) + int(parts[3])
-    if not micros:
-        raise RuntimeError(f"wrk gave no summary:\n{output}")
+    if not micros or sum(statuses.values()) != requests:
+        raise RuntimeError(
+            f"wrk's summary is missing or its status counts do not add up:\n{output}"
+        )
     return Round(requests, micros / 1e6, statuses, errors)
 
 
@@ -421,6 +424,12 @@ class Bench:
                 )
 
 
+def describe(bad: dict[int, int]) -> str:
+    if not bad:
+        return "none"
+    return ", ".join(f"{code or 'socket error'} x{n}" for code, n in sorted(bad.items()))
+
+
 def report(db: str, operations: list[Operation], results: Results) -> None:
     print(f"\n{db}: req/s, medians of the rounds (goaai / bare: higher is better for goaai)")
     print(f"  {'operation':15s} {'goaai':>9s} {'bare':>9s} {'goaai/bare':>11s}  non-2xx")
@@ -428,11 +437,11 @@ def report(db: str, operations: list[Operation], results: Results) -> None:
         goaai = results.rates[(operation.name, "goaai")]
         bare = results.rates[(operation.name, "bare")]
         ratios = [g / b for g, b in zip(goaai, bare, strict=True)]
-        bad = {side: results.bad[(operation.name, side)] for side in ("goaai", "bare")}
+        bad = {side: describe(results.bad[(operation.name, side)]) for side in ("goaai", "bare")}
         print(
             f"  {operation.name:15s} {statistics.median(goaai):9.1f} {statistics.median(bare):9.1f}"
             f" {statistics.median(ratios):10.2f}x  "
-            f"({min(ratios):.2f}-{max(ratios):.2f}x)  goaai {bad['goaai'] or 0} bare {bad['bare'] or 0}"
+            f"({min(ratios):.2f}-{max(ratios):.2f}x)  goaai {bad['goaai']}, bare {bad['bare']}"
         )
     if results.drains:
         print(

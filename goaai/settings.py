@@ -155,6 +155,11 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A worker keeps its database connections across tasks (for this many tasks)
+# instead of closing them, and its connection pool, after every one: a run is one
+# task, and a new connection for each cost two transactions and every prepared
+# statement.
+CELERY_DB_REUSE_MAX = env_int("GOAAI_CELERY_DB_REUSE_MAX", 200)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
