@@ -751,8 +751,9 @@ def _tool_call_end(
     its creation) and the event that says so. :class:`IllegalTransition` if the
     call had already ended."""
     now = batch.now
-    began = call.started_at or call.created_at
-    duration = max(0, int((now - began).total_seconds() * 1000))
+    duration = payloads.tool_call_duration_ms(
+        created_at=call.created_at, started_at=call.started_at, ended_at=now
+    )
     changes: dict[str, Any] = {
         "status": status,
         "ended_at": now,

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from goaai.runtime import payloads
@@ -204,6 +204,17 @@ class _Entry:
     created_at: dt.datetime
     updated_at: dt.datetime
     version: int = 1
+
+
+_Row = TypeVar("_Row")
+
+
+def _found(rows: Mapping[UUID, _Row], row_id: UUID, what: str) -> _Row:
+    """The row with ``row_id``; :class:`NotFound` (as the database store says it)."""
+    row = rows.get(row_id)
+    if row is None:
+        raise NotFound(f"No {what} {row_id}.")
+    return row
 
 
 def _clean_key(key: str) -> str:
@@ -870,28 +881,16 @@ class InMemoryRunStore:
     # Lookups
 
     def _session(self, session_id: UUID) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"No session {session_id}.")
-        return session
+        return _found(self._sessions, session_id, "session")
 
     def _run(self, run_id: UUID) -> _Run:
-        run = self._runs.get(run_id)
-        if run is None:
-            raise NotFound(f"No run {run_id}.")
-        return run
+        return _found(self._runs, run_id, "run")
 
     def _turn(self, turn_id: UUID) -> _Turn:
-        turn = self._turns.get(turn_id)
-        if turn is None:
-            raise NotFound(f"No turn {turn_id}.")
-        return turn
+        return _found(self._turns, turn_id, "turn")
 
     def _call(self, tool_call_id: UUID) -> _ToolCall:
-        call = self._calls.get(tool_call_id)
-        if call is None:
-            raise NotFound(f"No tool call {tool_call_id}.")
-        return call
+        return _found(self._calls, tool_call_id, "tool call")
 
     def _runs_of(self, session: _Session) -> list[_Run]:
         return [self._runs[run_id] for run_id in session.run_ids]
@@ -1180,8 +1179,9 @@ class InMemoryRunStore:
         creation). :class:`IllegalTransition` if it is not in ``only_from``."""
         if call.status not in only_from:
             raise IllegalTransition(call.id, call.status, status, what="Tool call")
-        began = call.started_at or call.created_at
-        duration = max(0, int((now - began).total_seconds() * 1000))
+        duration = payloads.tool_call_duration_ms(
+            created_at=call.created_at, started_at=call.started_at, ended_at=now
+        )
         call.status, call.ended_at, call.duration_ms = status, now, duration
         call.error_kind, call.error_message = error_kind, error_message
         if status == ToolCallStatus.SUCCEEDED:

@@ -242,6 +242,14 @@ def tool_call_decided(
     return EventType.TOOL_CALL_DECIDED, data
 
 
+def tool_call_duration_ms(
+    *, created_at: dt.datetime, started_at: dt.datetime | None, ended_at: dt.datetime
+) -> int:
+    """How long a tool call took: from its start, or (never started: denied, or
+    answered by a person) from its creation, to its end."""
+    return max(0, int((ended_at - (started_at or created_at)).total_seconds() * 1000))
+
+
 # The event that says how a tool call ended, by its final status. A denied call
 # has none of its own: its ``tool_call.decided`` says so.
 _TOOL_CALL_END_EVENTS = {
