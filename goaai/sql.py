@@ -9,13 +9,16 @@ and query-count tests see them like any other query:
   locks the session row (every writer takes its locks in the same order, so
   concurrent writers cannot deadlock) and moves the session's event counter, in
   one round trip that also returns what the step needs to know of the session.
+  On SQLite the same statement also reads what the step needs of the record it
+  changes; :func:`read_row` is that read as one indexed probe of its own (a
+  queryset costs more to build than the step's whole write, bench/recording.py).
 - :func:`insert_events`: the step's events, in one statement. Every step of every
   run writes events; ``bulk_create`` costs about twice this statement on a small
   machine (bench/recording.py), for rows whose every value is known.
-- :func:`turn_of` and :func:`tool_call_of`: what a step of the turn loop reads of
-  the record it changes (its run, a few columns). A queryset costs more to build
-  than the step's whole write (bench/recording.py); these are one indexed probe
-  each.
+- :func:`insert` and :func:`update`: the rows the turn loop adds and changes at
+  every step (runs, turns, tool calls), each one statement built once per shape.
+  The ORM's ``save()`` and ``update()`` build their query anew at every call, at
+  about ten times the statement's cost on a small machine (bench/recording.py).
 - :func:`memory_resolve_row` and :func:`memory_context_rows`: a run's memory reads,
   one indexed probe per scope in one statement, which the ORM cannot express.
 - :func:`delete_rows`: set-based deletes for retention, where the ORM's collector
@@ -31,7 +34,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
@@ -70,12 +73,14 @@ def aware(value: Any) -> dt.datetime:
 
 _RESERVE = (
     "UPDATE {sessions} SET last_event_seq = last_event_seq + %s WHERE id = {which} "
-    "RETURNING id, last_event_seq, status, owner_id, agent"
+    "RETURNING id, last_event_seq, status, owner_id, agent{read}"
 )
 
 
 @functools.cache
-def _reserve_sql(session_model: type[models.Model], of: type[models.Model] | None) -> str:
+def _reserve_sql(
+    session_model: type[models.Model], of: type[models.Model] | None, read: tuple[str, ...]
+) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
     sessions = quote(session_model._meta.db_table)
     if of is None or of is session_model:
@@ -91,7 +96,68 @@ def _reserve_sql(session_model: type[models.Model], of: type[models.Model] | Non
             f"(SELECT r.session_id FROM {quote(of._meta.db_table)} t "  # noqa: S608
             f"JOIN {quote(run_model._meta.db_table)} r ON r.id = t.run_id WHERE t.id = %s)"
         )
-    return _RESERVE.format(sessions=sessions, which=which)
+    columns = "".join(
+        f", (SELECT {quote(column)} FROM {quote(of._meta.db_table)} WHERE id = %s)"  # type: ignore[union-attr]  # noqa: S608
+        for column in _columns(of, read)
+    )
+    return _RESERVE.format(sessions=sessions, which=which, read=columns)
+
+
+def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or not field.column:
+        raise TypeError(f"{model.__name__}.{name} is not a column.")
+    return field
+
+
+@functools.cache
+def _columns(model: type[models.Model] | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    if model is None:
+        if names:
+            raise TypeError("Only a step on a row reads the row.")
+        return ()
+    return tuple(str(_field(model, name).column) for name in names)
+
+
+@functools.cache
+def _converters(model: type[models.Model], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """For each column, how to turn what the driver gives back into what the ORM
+    would give (SQLite: UUIDs as hex text, datetimes as naive text)."""
+    converters: list[Any] = []
+    for name in names:
+        field = model._meta.get_field(name)
+        target = field.target_field if isinstance(field, models.ForeignKey) else field
+        if isinstance(target, models.UUIDField):
+            converters.append(uuid_of)
+        elif isinstance(target, models.DateTimeField):
+            converters.append(aware)
+        elif isinstance(target, models.JSONField):
+            converters.append(json_of)
+        else:
+            converters.append(None)
+    return tuple(converters)
+
+
+def _convert(
+    model: type[models.Model], names: tuple[str, ...], values: Sequence[Any]
+) -> tuple[Any, ...]:
+    return tuple(
+        value if value is None or convert is None else convert(value)
+        for convert, value in zip(_converters(model, names), values, strict=True)
+    )
+
+
+class Reserved(NamedTuple):
+    """What the statement that reserves a step's event numbers found: the
+    session's id, its counter after the move, its status, owner id and agent, and
+    the columns the step asked to read of its row (as the ORM would give them)."""
+
+    session_id: UUID
+    counter: int
+    status: str
+    owner_id: int
+    agent: str
+    row: tuple[Any, ...]
 
 
 def reserve_event_numbers(
@@ -100,19 +166,33 @@ def reserve_event_numbers(
     count: int,
     *,
     of: type[models.Model] | None = None,
-) -> tuple[UUID, int, str, int, str] | None:
-    """Lock a session row and move its event counter by ``count``; returns the
-    session's id, its counter after the move, its status, owner id and agent, or
-    ``None`` when there is no such session. ``pk`` is the session's, or with ``of``
+    read: tuple[str, ...] = (),
+) -> Reserved | None:
+    """Lock a session row and move its event counter by ``count`` (:class:`Reserved`),
+    or ``None`` when there is no such session. ``pk`` is the session's, or with ``of``
     the id of a row of that model in the session (a run, a tool call, a turn): the
-    step then finds its session in the same statement. Call it inside
-    ``transaction.atomic()``."""
+    step then finds its session in the same statement. ``read`` names fields of that
+    row the step needs, read once the session is locked. On SQLite, whose writers
+    are serialized from ``BEGIN IMMEDIATE`` on, the same statement reads them, and
+    the step needs no statement before its write. On PostgreSQL, a statement's
+    subqueries read the snapshot it took before it waited for the lock, so a second
+    statement reads them. Call it inside ``transaction.atomic()``."""
     db = connections[DEFAULT_DB_ALIAS]
     param = pk if db.features.has_native_uuid_field else pk.hex
+    folded = read if db.vendor == "sqlite" else ()
     with db.cursor() as cursor:
-        cursor.execute(_reserve_sql(session_model, of), [count, param])
-        row = cursor.fetchone()
-    return None if row is None else (uuid_of(row[0]), row[1], row[2], row[3], row[4])
+        cursor.execute(
+            _reserve_sql(session_model, of, folded), [count, param, *[param] * len(folded)]
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row: tuple[Any, ...] | None = ()
+    if of is not None and read:
+        row = _convert(of, read, found[5:]) if folded else read_row(of, pk, read)
+        if row is None:
+            return None
+    return Reserved(uuid_of(found[0]), found[1], found[2], found[3], found[4], row or ())
 
 
 _EVENT_COLUMNS = ("session_id", "run_id", "seq", "type", "data", "created_at")
@@ -161,61 +241,102 @@ def insert_events(
             cursor.execute(sql, [value for row in rows for value in row])
 
 
-# What the turn loop's steps read of the record they change
+def read_row(model: type[models.Model], pk: Any, names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The fields ``names`` of one row, as the ORM would give them, or ``None``: one
+    indexed probe, for the record a step changes when it found it otherwise (a
+    queryset costs more to build than the step's whole write, bench/recording.py)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    sql = _read_sql(model, names)
+    with db.cursor() as cursor:
+        cursor.execute(sql, [_primary_key(model).get_db_prep_value(pk, db)])
+        row = cursor.fetchone()
+    return None if row is None else _convert(model, names, row)
 
 
 @functools.cache
-def _probe_sql(template: str, *models_: type[models.Model]) -> str:
+def _read_sql(model: type[models.Model], names: tuple[str, ...]) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    return template.format(*(quote(model._meta.db_table) for model in models_))
+    columns = ", ".join(quote(column) for column in _columns(model, names))
+    pk = quote(str(_primary_key(model).column))
+    return f"SELECT {columns} FROM {_table(model)} WHERE {pk} = %s"  # noqa: S608
 
 
-def _probe(sql: str, value: Any) -> tuple[Any, ...] | None:
+def _primary_key(model: type[models.Model]) -> models.Field[Any, Any]:
+    pk = model._meta.pk
+    if pk is None:
+        raise TypeError(f"{model.__name__} has no primary key.")
+    return pk
+
+
+# The turn loop's writes
+
+
+@functools.cache
+def _insert_sql(model: type[models.Model]) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
+    fields = tuple(model._meta.local_concrete_fields)
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {_table(model)} ({columns}) VALUES ({marks})", fields  # noqa: S608
+
+
+def insert(instance: models.Model) -> None:
+    """Insert a new instance as ``save(force_insert=True)`` does (each field's
+    ``pre_save`` and its database adaptation, no signals) with one statement
+    built once per model. For the rows every step of the turn loop adds (turns,
+    tool calls): the ORM's ``save()`` builds its query anew each time, at about
+    ten times this statement's cost (bench/recording.py). ``IntegrityError`` as
+    Django raises it."""
     db = connections[DEFAULT_DB_ALIAS]
-    param = value if db.features.has_native_uuid_field else value.hex
+    sql, fields = _insert_sql(type(instance))
+    values = [f.get_db_prep_save(f.pre_save(instance, True), db) for f in fields]
     with db.cursor() as cursor:
-        cursor.execute(sql, [param])
-        row: tuple[Any, ...] | None = cursor.fetchone()
-    return row
+        cursor.execute(sql, values)
+    instance._state.adding = False
+    instance._state.db = DEFAULT_DB_ALIAS
 
 
-def turn_of(
-    turn_model: type[models.Model], run_model: type[models.Model], turn_id: UUID
-) -> tuple[UUID, UUID, int, str] | None:
-    """(run, session, index, model) of a turn, or ``None``."""
-    sql = _probe_sql(
-        'SELECT t.run_id, r.session_id, t."index", t.model FROM {} t JOIN {} r ON r.id = t.run_id '
-        "WHERE t.id = %s",
-        turn_model,
-        run_model,
-    )
-    row = _probe(sql, turn_id)
-    return None if row is None else (uuid_of(row[0]), uuid_of(row[1]), row[2], row[3])
+@functools.cache
+def _update_sql(
+    model: type[models.Model], columns: tuple[str, ...], added: tuple[str, ...], guards: int
+) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    fields = tuple(_field(model, name) for name in columns)
+    sets = [f"{quote(str(f.column))} = %s" for f in fields]
+    for column in _columns(model, added):
+        sets.append(f"{quote(column)} = {quote(column)} + %s")
+    where = f"{quote(str(_primary_key(model).column))} = %s"
+    if guards:
+        where += f" AND status IN ({', '.join(['%s'] * guards)})"
+    sql = f"UPDATE {_table(model)} SET {', '.join(sets)} WHERE {where}"  # noqa: S608
+    return sql, fields
 
 
-def tool_call_of(
-    call_model: type[models.Model], call_id: UUID
-) -> tuple[UUID, UUID, str, str, int, dt.datetime, dt.datetime | None] | None:
-    """(run, session, name, status, attempt, created_at, started_at) of a tool call,
-    or ``None``."""
-    sql = _probe_sql(
-        "SELECT run_id, session_id, name, status, attempt, created_at, started_at FROM {} "
-        "WHERE id = %s",
-        call_model,
-    )
-    row = _probe(sql, call_id)
-    if row is None:
-        return None
-    run, session, name, status, attempt, created, started = row
-    return (
-        uuid_of(run),
-        uuid_of(session),
-        name,
-        status,
-        attempt,
-        aware(created),
-        None if started is None else aware(started),
-    )
+def update(
+    model: type[models.Model],
+    pk: Any,
+    values: dict[str, Any],
+    *,
+    add: dict[str, float] | None = None,
+    status_in: Sequence[str] = (),
+) -> int:
+    """Set ``values`` (by field name, adapted as each field adapts them) and add
+    ``add`` to counters on one row, if its status is one of ``status_in`` when
+    given; returns how many rows changed (0 or 1). The turn loop's changes to
+    the rows it wrote: one statement built once per shape, where a queryset's
+    ``update()`` costs about ten times as much (bench/recording.py)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    added = add or {}
+    sql, fields = _update_sql(model, tuple(values), tuple(added), len(status_in))
+    params = [
+        f.get_db_prep_save(value, db) for f, value in zip(fields, values.values(), strict=True)
+    ]
+    params.extend(added.values())
+    params.append(_primary_key(model).get_db_prep_value(pk, db))
+    params.extend(str(status) for status in status_in)
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
 
 
 # Memory

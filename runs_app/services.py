@@ -17,7 +17,7 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from goaai import sql
@@ -84,7 +84,7 @@ def run_create(
             request_fingerprint=fingerprint,
         )
         try:
-            run.save(force_insert=True)
+            sql.insert(run)
         except IntegrityError as exc:
             if idempotency_key is None:
                 raise
@@ -134,13 +134,14 @@ def _transition(
     the status changed and fails cleanly."""
     # Starting and resuming both lead to running, each from one status only.
     allowed = [only_from] if only_from else sorted(sources_of(target))
-    values = {
-        name: F(name) + value.amount if isinstance(value, Increment) else value
-        for name, value in changes.items()
-    }
-    moved = Run.objects.filter(pk=run_id, status__in=allowed).update(
-        status=target, updated_at=batch.now, **values
-    )
+    values = {"status": target, "updated_at": batch.now}
+    added: dict[str, float] = {}
+    for name, value in changes.items():
+        if isinstance(value, Increment):
+            added[name] = value.amount
+        else:
+            values[name] = value
+    moved = sql.update(Run, run_id, values, add=added, status_in=allowed)
     try:
         run = Run.objects.get(pk=run_id)
     except Run.DoesNotExist:
@@ -432,12 +433,17 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     with recording(run_id, of=Run, expect=1) as batch:
         now = batch.now
         expires = now + dt.timedelta(seconds=lease_seconds)
-        started = Run.objects.filter(pk=run_id, status=RunStatus.PENDING).update(
-            status=RunStatus.RUNNING,
-            started_at=now,
-            lease_owner=owner,
-            lease_expires_at=expires,
-            updated_at=now,
+        started = sql.update(
+            Run,
+            run_id,
+            {
+                "status": RunStatus.RUNNING,
+                "started_at": now,
+                "lease_owner": owner,
+                "lease_expires_at": expires,
+                "updated_at": now,
+            },
+            status_in=(RunStatus.PENDING,),
         )
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
@@ -493,7 +499,7 @@ def turn_start(
     with recording(run_id, of=Run, expect=1) as batch:
         turn = Turn(run_id=run_id, index=index, model=model, request_messages=request_messages)
         try:
-            turn.save(force_insert=True)
+            sql.insert(turn)
         except IntegrityError as exc:
             raise IllegalTransition(run_id, f"already at turn {index}", f"turn {index}") from exc
         batch.add(*payloads.turn_started(turn=turn.id, index=index, model=model), run_id=run_id)
@@ -502,8 +508,8 @@ def turn_start(
 
 def turn_restart(*, turn_id: UUID) -> None:
     """A turn whose reply was lost with its worker is asked again."""
-    with recording(turn_id, of=Turn, expect=1) as batch:
-        turn = _turn(turn_id)
+    with recording(turn_id, of=Turn, expect=1, read=_TURN_READ) as batch:
+        turn = _turn(batch)
         batch.add(
             *payloads.turn_started(
                 turn=turn_id, index=turn.position, model=turn.model, restarted=True
@@ -513,18 +519,21 @@ def turn_restart(*, turn_id: UUID) -> None:
 
 
 class _TurnOf(NamedTuple):
+    """What a step on a turn needs to know of it: its run and session, index, model."""
+
     run_id: UUID
     session_id: UUID
     position: int
     model: str
 
 
-def _turn(turn_id: UUID) -> _TurnOf:
-    """What a step on a turn needs to know of it: its run and session, index, model."""
-    row = sql.turn_of(Turn, Run, turn_id)
-    if row is None:
-        raise NotFound(f"No turn {turn_id}.")
-    return _TurnOf(*row)
+# The fields of a turn its steps read, with the session lock (``recording(read=)``).
+_TURN_READ = ("run_id", "index", "model")
+
+
+def _turn(batch: EventBatch) -> _TurnOf:
+    run_id, position, model = batch.row
+    return _TurnOf(run_id, batch.session_id, position, model)
 
 
 def turn_complete(
@@ -538,22 +547,31 @@ def turn_complete(
     model: str = "",
 ) -> None:
     """Record the model's reply to a turn and add its token usage to the run's."""
-    with recording(turn_id, of=Turn, expect=3 if text else 2) as batch:
-        turn = _turn(turn_id)
+    with recording(turn_id, of=Turn, expect=3 if text else 2, read=_TURN_READ) as batch:
+        turn = _turn(batch)
         run_id = turn.run_id
-        Turn.objects.filter(pk=turn_id).update(
-            response_text=text,
-            response_tool_calls=tool_calls,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=latency_ms,
-            ended_at=batch.now,
-            model=model or turn.model,
+        sql.update(
+            Turn,
+            turn_id,
+            {
+                "response_text": text,
+                "response_tool_calls": tool_calls,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "latency_ms": latency_ms,
+                "ended_at": batch.now,
+                "model": model or turn.model,
+            },
         )
-        Run.objects.filter(pk=run_id).update(
-            input_tokens=F("input_tokens") + input_tokens,
-            output_tokens=F("output_tokens") + output_tokens,
-            total_tokens=F("total_tokens") + input_tokens + output_tokens,
+        sql.update(
+            Run,
+            run_id,
+            {},
+            add={
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "total_tokens": input_tokens + output_tokens,
+            },
         )
         batch.add(
             *payloads.turn_completed(
@@ -589,8 +607,9 @@ def tool_call_schedule(
     """
     if requires_approval and start:
         raise IllegalTransition(call_id, "waiting for approval", "running", what="Tool call")
-    with recording(turn_id, of=Turn, expect=2 if requires_approval or start else 1) as batch:
-        turn = _turn(turn_id)
+    expect = 2 if requires_approval or start else 1
+    with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
+        turn = _turn(batch)
         run_id, session_id = turn.run_id, turn.session_id
         call = ToolCall(
             run_id=run_id,
@@ -606,7 +625,7 @@ def tool_call_schedule(
             started_at=batch.now if start else None,
         )
         try:
-            call.save(force_insert=True)
+            sql.insert(call)
         except IntegrityError as exc:
             raise IllegalTransition(
                 turn_id, f"already at tool call {index}", f"tool call {index}", what="Turn"
@@ -657,20 +676,33 @@ class _CallOf(NamedTuple):
     started_at: dt.datetime | None
 
 
+# The fields of a tool call its steps read (``_CallOf`` after its id).
+_CALL_READ = _CallOf._fields[1:]
+
+
 def _tool_call(tool_call_id: UUID) -> _CallOf:
-    row = sql.tool_call_of(ToolCall, tool_call_id)
+    row = sql.read_row(ToolCall, tool_call_id, _CALL_READ)
     if row is None:
         raise NotFound(f"No tool call {tool_call_id}.")
     return _CallOf(tool_call_id, *row)
 
 
+def _locked_call(tool_call_id: UUID, batch: EventBatch) -> _CallOf:
+    """The tool call a step changes, as its ``recording(read=_CALL_READ)`` read it."""
+    return _CallOf(tool_call_id, *batch.row)
+
+
 def tool_call_begin(*, tool_call_id: UUID) -> int:
     """A scheduled call starts executing (or an interrupted one starts again);
     returns its attempt number."""
-    with recording(tool_call_id, of=ToolCall, expect=1) as batch:
-        call = _tool_call(tool_call_id)
-        begun = ToolCall.objects.filter(pk=tool_call_id, status__in=OPEN_TOOL_CALL_STATUSES).update(
-            status=ToolCallStatus.RUNNING, attempt=F("attempt") + 1, started_at=batch.now
+    with recording(tool_call_id, of=ToolCall, expect=1, read=_CALL_READ) as batch:
+        call = _locked_call(tool_call_id, batch)
+        begun = sql.update(
+            ToolCall,
+            tool_call_id,
+            {"status": ToolCallStatus.RUNNING, "started_at": batch.now},
+            add={"attempt": 1},
+            status_in=tuple(OPEN_TOOL_CALL_STATUSES),
         )
         if not begun:
             current = _tool_call(tool_call_id).status
@@ -692,8 +724,8 @@ def tool_call_finish(
 ) -> None:
     """Record how a running tool call ended: its result, or its error."""
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
-    with recording(tool_call_id, of=ToolCall, expect=1) as batch:
-        call = _tool_call(tool_call_id)
+    with recording(tool_call_id, of=ToolCall, expect=1, read=_CALL_READ) as batch:
+        call = _locked_call(tool_call_id, batch)
         _tool_call_end(
             batch,
             call,
@@ -763,10 +795,13 @@ def _tool_call_end(
     }
     if status == ToolCallStatus.SUCCEEDED:
         changes["result"] = result
-    if call.started_at is None and status == ToolCallStatus.SUCCEEDED:
+    answered = call.started_at is None and status == ToolCallStatus.SUCCEEDED
+    if answered:
         # Answered by a person (a question): the answer was its one attempt.
-        changes.update(started_at=call.created_at, attempt=F("attempt") + 1)
-    ended = ToolCall.objects.filter(pk=call.id, status__in=only_from).update(**changes)
+        changes["started_at"] = call.created_at
+    ended = sql.update(
+        ToolCall, call.id, changes, add={"attempt": 1} if answered else None, status_in=only_from
+    )
     if not ended:
         current = _tool_call(call.id).status
         raise IllegalTransition(call.id, current, status, what="Tool call")

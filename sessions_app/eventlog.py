@@ -39,6 +39,7 @@ class EventBatch:
         "now",
         "pending",
         "reserved",
+        "row",
         "session_agent",
         "session_id",
         "session_owner_id",
@@ -54,6 +55,7 @@ class EventBatch:
         session_status: str,
         session_owner_id: int,
         session_agent: str,
+        row: tuple[Any, ...] = (),
     ) -> None:
         self.session_id = session_id
         # The session's counter as this transaction found it, and what it reserved.
@@ -62,6 +64,8 @@ class EventBatch:
         self.session_status = session_status
         self.session_owner_id = session_owner_id
         self.session_agent = session_agent
+        # What the step read of its row, when it asked (``recording(read=...)``).
+        self.row = row
         self.pending: list[tuple[str, dict[str, Any], UUID | None]] = []
         # The step's time, for the timestamps its rows carry.
         self.now: dt.datetime = timezone.now()
@@ -107,35 +111,47 @@ class recording:
     events the caller will add, when it knows): that one statement both locks the
     session row and reserves the numbers. With ``of``, ``pk`` is a row of that model
     (a run, a turn, a tool call) and the session is that row's, found by the same
-    statement. :class:`NotFound` if there is no such session or row.
+    statement, and ``read`` names the fields of that row the step needs, which the
+    same statement reads too (``batch.row``). :class:`NotFound` if there is no such
+    session or row.
     """
 
-    __slots__ = ("atomic", "batch", "expect", "of", "pk")
+    __slots__ = ("atomic", "batch", "expect", "of", "pk", "read")
 
-    def __init__(self, pk: UUID, *, expect: int = 0, of: type[models.Model] | None = None) -> None:
+    def __init__(
+        self,
+        pk: UUID,
+        *,
+        expect: int = 0,
+        of: type[models.Model] | None = None,
+        read: tuple[str, ...] = (),
+    ) -> None:
         self.pk = pk if type(pk) is UUID else UUID(str(pk))
         self.expect = expect
         self.of = of
+        self.read = read
         self.atomic = transaction.atomic()
 
     def __enter__(self) -> EventBatch:
         self.atomic.__enter__()
         try:
-            found = sql.reserve_event_numbers(Session, self.pk, self.expect, of=self.of)
+            found = sql.reserve_event_numbers(
+                Session, self.pk, self.expect, of=self.of, read=self.read
+            )
             if found is None:
                 what = (self.of or Session)._meta.verbose_name
                 raise NotFound(f"No {what} {self.pk}.")
         except BaseException as error:
             self.atomic.__exit__(type(error), error, error.__traceback__)
             raise
-        session_id, counter, status, owner_id, agent = found
         self.batch = EventBatch(
-            session_id=session_id,
-            last_seq=counter - self.expect,
+            session_id=found.session_id,
+            last_seq=found.counter - self.expect,
             reserved=self.expect,
-            session_status=status,
-            session_owner_id=owner_id,
-            session_agent=agent,
+            session_status=found.status,
+            session_owner_id=found.owner_id,
+            session_agent=found.agent,
+            row=found.row,
         )
         return self.batch
 
