@@ -8,7 +8,7 @@ PORT ?= 8000
 # otherwise this local server (the one CI provides).
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: install browser run test lint typecheck pytest pytest-postgres clean
+.PHONY: install browser nginx run cluster test lint typecheck pytest pytest-postgres clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,20 @@ browser:
 	      { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
 	  else \
 	    echo "Chromium is missing (apt-get install chromium chromium-driver): browser tests will be skipped."; \
+	  fi; \
+	fi
+
+# The deployment tests (tests/deploy) and `make cluster` run Debian's nginx; install
+# it when it is missing and this machine can. Its service is never started.
+nginx:
+	@if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing nginx for the deployment tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q nginx >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null; }; \
+	  else \
+	    echo "nginx is missing (apt-get install nginx): deployment tests will be skipped."; \
 	  fi; \
 	fi
 
@@ -53,7 +67,7 @@ typecheck: install
 
 # The suite on SQLite (embedded default), then on PostgreSQL when DATABASE_URL points
 # at it or in CI, where a missing server must fail the build rather than skip.
-pytest: install browser
+pytest: install browser nginx
 	env -u DATABASE_URL $(PY) manage.py makemigrations --check --dry-run
 	env -u DJANGO_SETTINGS_MODULE $(VENV)/bin/pytest -p no:django -W ignore::pytest.PytestConfigWarning --confcutdir=tests/runtime_core tests/runtime_core
 	env -u DATABASE_URL $(VENV)/bin/pytest
@@ -69,6 +83,17 @@ pytest-postgres: install
 	  echo "PostgreSQL pass on $$url"; \
 	  DATABASE_URL="$$url" $(VENV)/bin/pytest; \
 	fi
+
+# goaai scaled out on this machine: nginx on 127.0.0.1:8080 in front of
+# CLUSTER_SERVERS daphne servers, CLUSTER_WORKERS Celery workers, the local
+# PostgreSQL (database goaai_cluster) and Redis (database 12). Ctrl-C stops it all.
+CLUSTER_SERVERS ?= 2
+CLUSTER_WORKERS ?= 2
+$(VENV)/bin/honcho: | $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev,deploy]'
+
+cluster: install nginx $(VENV)/bin/honcho
+	CLUSTER_SERVERS=$(CLUSTER_SERVERS) CLUSTER_WORKERS=$(CLUSTER_WORKERS) $(PY) deploy/cluster.py
 
 test: lint typecheck pytest pytest-postgres
 

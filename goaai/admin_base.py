@@ -194,18 +194,26 @@ class LabelFilter(InputFilter):
 
 
 def _moment(value: str, *, end: bool) -> dt.datetime | None:
-    """A typed date (``2026-11-29``, the whole day) or date and time (ISO 8601)."""
-    day = parse_date(value) if len(value) == 10 else None
-    moment: dt.datetime | None
+    """A typed date (``2026-11-29``, the whole day) or date and time (ISO 8601), in
+    UTC; ``None`` for what no calendar has (``2026-02-30``) or what lies outside the
+    years 1 to 9999 in UTC. Until the last day there is means no end at all."""
+    try:
+        day = parse_date(value) if len(value) == 10 else None
+        moment = None if day is not None else parse_datetime(value)
+    except ValueError:
+        return None
     if day is not None:
+        if end and day == dt.date.max:
+            return dt.datetime.max.replace(tzinfo=dt.UTC)
         moment = dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time())
-    else:
-        moment = parse_datetime(value)
     if moment is None:
         return None
     if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment, dt.UTC)
-    return moment
+        return moment.replace(tzinfo=dt.UTC)
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        return None
 
 
 def date_range_filters(field: str, label: str = "created") -> list[type[InputFilter]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -54,6 +55,21 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_origin(name: str) -> str:
+    """A URL-valued variable as its origin (``https://host[:port]``), ``""`` when it
+    is unset; a value that is not an http(s) URL with a host is a configuration
+    error."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    parsed = urlsplit(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"{name} must be an http(s) URL such as https://host, not {raw!r}"
+        )
+    return f"{parsed.scheme}://{parsed.netloc.rpartition('@')[2]}"
 
 
 def env_json(name: str, default: Any) -> Any:
@@ -100,6 +116,10 @@ def env_database(name: str, default: str) -> dict[str, Any]:
                 },
             )
         config["CONN_MAX_AGE"] = 0
+        # A connection the server dropped (a restart, a failover,
+        # pg_terminate_backend) is replaced before it is used: the pool checks each
+        # connection it hands out, a persistent connection is checked per request.
+        config["CONN_HEALTH_CHECKS"] = True
         # Parameters bound on the server, so that PostgreSQL plans a statement the
         # connection runs again and again once, and psycopg prepares it after a few
         # runs (every step of every run repeats the same few statements). Set

@@ -8,11 +8,14 @@ scripted model. ``GOAAI_PRODUCTION=1`` turns on the checks a public deployment n
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from goaai.env import env_bool, env_database, env_int, env_json, env_list, env_str
+from goaai.env import env_bool, env_database, env_int, env_json, env_list, env_origin, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -32,10 +35,38 @@ if PRODUCTION:
     if len(SECRET_KEY) < 32:
         raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long.")
 
+# The address people reach goaai at (https://goaai.example.com), when it differs
+# from what the server itself sees behind a proxy: the host it serves and the
+# origin browsers post forms from.
+GOAAI_PUBLIC_URL = env_origin("GOAAI_PUBLIC_URL")
+_PUBLIC_HOST = urlsplit(GOAAI_PUBLIC_URL).hostname if GOAAI_PUBLIC_URL else None
 ALLOWED_HOSTS = env_list(
-    "ALLOWED_HOSTS", default=[] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]
+    "ALLOWED_HOSTS",
+    default=[_PUBLIC_HOST]
+    if _PUBLIC_HOST
+    else ([] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"]),
 )
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", default=[GOAAI_PUBLIC_URL] if GOAAI_PUBLIC_URL else []
+)
+# Behind a proxy that ends TLS (nginx, a load balancer), the proxy says in a header
+# that the client's request was https: Django then builds https URLs, marks the
+# request secure (for CSRF's origin check and HSTS) and does not redirect it again.
+# The default header is X-Forwarded-Proto: https; GOAAI_PROXY_SSL_HEADER names
+# another ("X-Forwarded-Protocol=https"). Only set this behind such a proxy, which
+# must overwrite the header: a client could send it too.
+GOAAI_BEHIND_TLS_PROXY = env_bool("GOAAI_BEHIND_TLS_PROXY", default=False)
+_PROXY_SSL_HEADER = env_str("GOAAI_PROXY_SSL_HEADER", "X-Forwarded-Proto=https")
+if GOAAI_BEHIND_TLS_PROXY:
+    _header, _, _value = _PROXY_SSL_HEADER.partition("=")
+    if not _header.strip() or not _value.strip():
+        raise ImproperlyConfigured(
+            f"GOAAI_PROXY_SSL_HEADER must be Header-Name=value, not {_PROXY_SSL_HEADER!r}"
+        )
+    SECURE_PROXY_SSL_HEADER = (
+        "HTTP_" + _header.strip().upper().replace("-", "_"),
+        _value.strip(),
+    )
 
 INSTALLED_APPS = [
     "daphne",
@@ -51,6 +82,9 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "drf_standardized_errors",
     "channels",
+    # Failed sign-ins, counted per account and per address (goaai.security).
+    "axes",
+    "csp",
     "sessions_app",
     "runs_app",
     "memory_app",
@@ -59,12 +93,15 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a sign-in refused for a lockout into its answer (goaai.security).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "goaai.urls"
@@ -105,22 +142,42 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-# Production serves collected files; elsewhere WhiteNoise serves them from the apps.
 STATIC_ROOT = env_str("STATIC_ROOT") or (str(BASE_DIR / "staticfiles") if PRODUCTION else None)
+# WhiteNoise serves static files straight from the apps, so every page works
+# without a build step; in production, once `collectstatic` has run, it serves the
+# collected, compressed files under content-hashed names (goaai.static).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "goaai.static.CollectedOrAppStaticFilesStorage"
             if PRODUCTION
             else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
-# Outside production, serve static files straight from the apps: no collectstatic.
-WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "/accounts/login/"
+# Password guessing (django-axes): after GOAAI_LOGIN_FAILURE_LIMIT failed sign-ins
+# an account, and separately an address, is refused for GOAAI_LOGIN_COOLOFF_MINUTES,
+# on the login page, the admin and HTTP Basic alike. Failures are counted in the
+# database, so every server process counts together.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("GOAAI_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env_int("GOAAI_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Guessing on during a lockout does not prolong it, and signing in clears the count.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_CLIENT_IP_CALLABLE = "goaai.security.client_address"
+AXES_LOCKOUT_CALLABLE = "goaai.security.lockout_response"
+# Failures are logged at WARNING by the handler; the rest of its chatter is noise.
+AXES_VERBOSE = False
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
@@ -162,6 +219,18 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_DB_REUSE_MAX = env_int("GOAAI_CELERY_DB_REUSE_MAX", 200)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Redis may go away and come back (a restart, a failover). A worker keeps executing
+# the runs it holds (their records go to the database, not to Redis), reconnects
+# however long that takes, and then takes runs again; its consumer is goaai's
+# own, which survives the loss with unacknowledged tasks (goaai.celery.Consumer).
+CELERY_WORKER_CONSUMER = "goaai.celery:Consumer"
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A Redis that stops answering without closing its connections (a partition, a
+# host that died) is an error after these many seconds, not a wait without end,
+# for a server starting a run as for a worker tearing the lost connection down.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
 
 # The agent runtime.
 # The executor runs a run's turn loop once the run is committed: "thread" (a pool
@@ -199,6 +268,9 @@ GOAAI_LABEL_RULES = env_json(
         {"name": "review_required", "match": {"review": "required"}, "approval_required": ["*"]},
     ],
 )
+# Monitoring (runs_app.metrics): /metrics answers clients on the loopback interface,
+# or, when this is set, only requests with "Authorization: Bearer <this secret>".
+GOAAI_METRICS_TOKEN = env_str("GOAAI_METRICS_TOKEN")
 
 # The REST API (goaai.api): session login for the browser, API tokens for integrations.
 REST_FRAMEWORK = {
@@ -266,13 +338,50 @@ GOAAI_THROTTLE_RATES = {
 # process counts together; otherwise this process's memory.
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # A Redis that stopped answering is an error (a 503 for starting a run)
+            # after these many seconds, not a request that waits without end.
+            "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 3},
+        }
     }
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=True)
     CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", default=True)
     SECURE_CONTENT_TYPE_NOSNIFF = True
+    # Browsers keep to https for this long once they have seen goaai over it.
+    SECURE_HSTS_SECONDS = env_int("GOAAI_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GOAAI_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    # A promise to the browsers' built-in lists that is slow to take back: opt in.
+    SECURE_HSTS_PRELOAD = env_bool("GOAAI_HSTS_PRELOAD", default=False)
+    SECURE_SSL_REDIRECT = env_bool("GOAAI_SSL_REDIRECT", default=True)
+    # Probes and scrapes from inside the network speak plain http.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+# Content-Security-Policy (django-csp) on every response: scripts and styles come
+# from goaai's own static files; the few inline ones (Django's admin, the API docs
+# page) carry the request's nonce. Live updates connect back to the same origin.
+_LIVE_ORIGINS = (
+    [GOAAI_PUBLIC_URL.replace("https://", "wss://").replace("http://", "ws://")]
+    if GOAAI_PUBLIC_URL
+    else []
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF, *_LIVE_ORIGINS],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 LOGGING = {
     "version": 1,

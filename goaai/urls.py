@@ -3,11 +3,18 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from goaai.health import healthz, readyz
+from runs_app.metrics import MetricsView
+
 admin.site.site_header = "goaai operations"
 admin.site.site_title = "goaai"
 admin.site.index_title = "Sessions, runs and memory"
 
 urlpatterns = [
+    # Probes and monitoring: no credentials (metrics: loopback or a bearer secret).
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("goaai.api_urls")),
     # Django's login and logout (logout by POST), password change and reset.

@@ -4,6 +4,7 @@ staff user; the revisions themselves are read-only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django import forms
@@ -23,6 +24,7 @@ from goaai.admin_base import (
 )
 from goaai.runtime.errors import GoaaiError, MemoryConflict
 from memory_app.models import MemoryEntry, MemoryRevision
+from memory_app.selectors import expired, unexpired
 from memory_app.services import memory_delete, memory_store
 
 
@@ -60,6 +62,35 @@ def _owner(entry: MemoryEntry) -> dict[str, Any]:
     return {"session_id": entry.session_id, "user_id": entry.user_id, "agent": entry.agent}
 
 
+class ExpiryFilter(admin.SimpleListFilter):
+    """Live entries unless asked: an expired entry is gone for every reader, and
+    stays only until the purge removes it."""
+
+    title = "expiry"
+    parameter_name = "expiry"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("expired", "Expired"), ("all", "All, expired too")]
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "Live",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "all":
+            return queryset
+        return queryset.filter(expired() if self.value() == "expired" else unexpired())
+
+
 @admin.register(MemoryEntry)
 class MemoryEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = MemoryEntryForm
@@ -74,6 +105,7 @@ class MemoryEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "updated_at",
     ]
     list_filter = [
+        ExpiryFilter,
         "scope",
         "written_by_kind",
         owner_filter("user"),

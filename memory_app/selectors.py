@@ -46,8 +46,14 @@ def owner_filter(
     return Q(scope=needed)
 
 
-def _live() -> Q:
+def unexpired() -> Q:
+    """The entries whose expiry has not passed: the only ones readers see."""
     return Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+
+
+def expired() -> Q:
+    """The entries whose expiry has passed and that the purge has not removed yet."""
+    return Q(expires_at__lte=timezone.now())
 
 
 def memory_get(
@@ -60,7 +66,7 @@ def memory_get(
 ) -> MemoryEntry | None:
     """The live entry of exactly one scope and owner, or ``None``."""
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
-    return MemoryEntry.objects.filter(where, _live(), key=key).first()
+    return MemoryEntry.objects.filter(where, unexpired(), key=key).first()
 
 
 def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:

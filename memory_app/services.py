@@ -31,8 +31,11 @@ def _transaction(session_id: UUID | None) -> Iterator[EventBatch | None]:
             yield batch
 
 
-def _revise(entry: MemoryEntry, action: str, version: int, writer: dict[str, Any]) -> None:
-    MemoryRevision.objects.create(
+def _revision(
+    entry: MemoryEntry, action: str, version: int, writer: dict[str, Any]
+) -> MemoryRevision:
+    """The revision that records ``action`` on ``entry`` by ``writer``, unsaved."""
+    return MemoryRevision(
         entry_id=entry.pk,
         key=entry.key,
         scope=entry.scope,
@@ -47,6 +50,10 @@ def _revise(entry: MemoryEntry, action: str, version: int, writer: dict[str, Any
         actor_run_id=writer["run_id"],
         actor_tool_call_id=writer["tool_call_id"],
     )
+
+
+def _revise(entry: MemoryEntry, action: str, version: int, writer: dict[str, Any]) -> None:
+    _revision(entry, action, version, writer).save(force_insert=True)
 
 
 def _clean_key(key: str) -> str:
@@ -89,6 +96,10 @@ def memory_store(
     nothing is written. An unconditional write that races another writer simply
     tries again on top of what the other wrote (last write wins, both are kept as
     revisions).
+
+    An entry whose expiry has passed counts as absent: writing its key creates a
+    new entry at version 1, in the same transaction that removes the expired one
+    (its history ends with a "deleted" revision by the system, as after a purge).
     """
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
@@ -99,7 +110,9 @@ def memory_store(
     for _ in range(3 if expected_version is None else 1):
         try:
             with _transaction(session_id or log_session_id) as batch:
-                entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+                entry = _unexpired(
+                    MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+                )
                 if entry is None:
                     if expected_version not in (None, 0):
                         raise MemoryConflict(
@@ -192,14 +205,15 @@ def memory_delete(
 ) -> bool:
     """Delete the entry (scope, owner, key); ``False`` if there is none. The deletion
     is kept as the entry's last revision (the event goes where
-    :func:`memory_store` puts it)."""
+    :func:`memory_store` puts it). An expired entry is no entry: it is removed as
+    the purge removes it, and the answer is ``False``."""
     key = _clean_key(key)
     where = owner_filter(scope=scope, session_id=session_id, user_id=user_id, agent=agent)
     writer = payloads.memory_writer(
         user_id=written_by_user_id, run_id=written_by_run_id, tool_call_id=written_by_tool_call_id
     )
     with _transaction(session_id or log_session_id) as batch:
-        entry = MemoryEntry.objects.select_for_update().filter(where, key=key).first()
+        entry = _unexpired(MemoryEntry.objects.select_for_update().filter(where, key=key).first())
         if entry is None:
             return False
         if expected_version is not None and expected_version != entry.version:
@@ -218,11 +232,30 @@ def memory_delete(
     return True
 
 
+def _purge(expired: list[MemoryEntry]) -> None:
+    """Remove entries whose expiry has passed, each leaving a "deleted" revision by
+    the system in its history (the caller holds their rows locked)."""
+    writer = payloads.memory_writer(user_id=None, run_id=None, tool_call_id=None)
+    MemoryRevision.objects.bulk_create(
+        _revision(entry, RevisionAction.DELETED, entry.version + 1, writer) for entry in expired
+    )
+    MemoryEntry.objects.filter(pk__in=[entry.pk for entry in expired]).delete()
+
+
+def _unexpired(entry: MemoryEntry | None) -> MemoryEntry | None:
+    """The locked entry a write found, or ``None`` if its expiry has passed: an
+    expired entry is gone for every reader, so a write treats it as absent, and
+    removes it first as the purge would (the write's own key then takes its place)."""
+    if entry is None or entry.expires_at is None or entry.expires_at > timezone.now():
+        return entry
+    _purge([entry])
+    return None
+
+
 def memory_purge_expired(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
     """Delete entries whose expiry has passed, each leaving a "deleted" revision by
     the system in its history; returns how many were purged."""
     cutoff = now or timezone.now()
-    writer = payloads.memory_writer(user_id=None, run_id=None, tool_call_id=None)
     purged = 0
     while True:
         with transaction.atomic():
@@ -231,20 +264,5 @@ def memory_purge_expired(*, now: dt.datetime | None = None, batch_size: int = 10
             )
             if not expired:
                 return purged
-            MemoryRevision.objects.bulk_create(
-                MemoryRevision(
-                    entry_id=entry.pk,
-                    key=entry.key,
-                    scope=entry.scope,
-                    session_id=entry.session_id,
-                    user_id=entry.user_id,
-                    agent=entry.agent,
-                    version=entry.version + 1,
-                    value=None,
-                    action=RevisionAction.DELETED,
-                    actor_kind=writer["kind"],
-                )
-                for entry in expired
-            )
-            MemoryEntry.objects.filter(pk__in=[entry.pk for entry in expired]).delete()
+            _purge(expired)
             purged += len(expired)

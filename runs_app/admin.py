@@ -13,6 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
+from goaai.access import CHANGE, log_actions
 from goaai.admin_base import (
     LabelFilter,
     ReadOnlyAdmin,
@@ -29,6 +30,7 @@ from goaai.admin_base import (
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES
 from runs_app import admin_timeline as timeline
+from runs_app.access import RUN_RECORD, canceled_by, may_act_on_every_run, may_read_every_record
 from runs_app.export import run_document
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.session_admin import SessionAdmin
@@ -196,7 +198,15 @@ class RunAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
-    @admin.action(description="Export selected runs as JSON")
+    # The actions ask for what they do: the JSON export holds each run's turns,
+    # tool calls and events; cancel is runs_app.cancel_run.
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return may_read_every_record(request.user, RUN_RECORD)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return may_act_on_every_run(request.user, "cancel")
+
+    @admin.action(description="Export selected runs as JSON", permissions=["export"])
     def export_json(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
         runs = [run_document(run) for run in queryset.order_by("created_at")]
         return json_download("runs.json", {"format": "goaai.runs.v1", "runs": runs})
@@ -205,11 +215,13 @@ class RunAdmin(ReadOnlyAdmin):
     def export_csv(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponseBase:
         return csv_download("runs.csv", queryset.order_by("created_at"), RUN_CSV_COLUMNS)
 
-    @admin.action(description="Cancel selected runs that have not ended")
+    @admin.action(description="Cancel selected runs that have not ended", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        runs = list(queryset.filter(status__in=OPEN_RUN_STATUSES).values_list("id", flat=True))
-        for run_id in runs:
-            rt.cancel_run(run_id, reason=f"canceled by operator {request.user.get_username()}")
+        runs = list(queryset.filter(status__in=OPEN_RUN_STATUSES))
+        reason = canceled_by(request.user)
+        for run in runs:
+            rt.cancel_run(run.pk, reason=reason)
+        log_actions(request.user, runs, CHANGE, "Canceled (admin action)")
         skipped = queryset.count() - len(runs)
         self.message_user(request, f"Asked {len(runs)} run(s) to stop.", messages.SUCCESS)
         if skipped:

@@ -4,8 +4,10 @@ download and the operator's Cancel.
 These views are mounted by ``RunAdmin.get_urls`` / ``SessionAdmin.get_urls`` inside
 ``admin.site.admin_view``, which sends anyone who is not active staff to the login
 page and protects the POST with CSRF. Each view checks ``is_staff`` again anyway:
-a view that shows every user's conversations must not rely on being wired right.
-Staff see every user's runs here; this is the operators' console.
+a view that shows other users' conversations must not rely on being wired right.
+Being staff shows nothing by itself: a timeline shows a whole record, so another
+user's takes the permission to read each of its parts (see runs_app.access), and
+one the viewer may not read is "not found"; Cancel takes ``runs_app.cancel_run``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from goaai.access import CHANGE, log_actions
 from goaai.runtime import rt
 from goaai.runtime.errors import GoaaiError
+from runs_app import access
 from runs_app.api.serializers import (
     RunEventSerializer,
     RunSerializer,
@@ -85,7 +89,7 @@ def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """Every event of a run in order, a page at a time, with what each refers to."""
     _require_staff(request)
     run = run_for_timeline(run_id)
-    if run is None:
+    if run is None or not access.can_read_run_record(request.user, run):
         raise Http404("No such run.")
     filters = TimelineFilter.from_query(request.GET)
     header = run_header(run)
@@ -108,6 +112,7 @@ def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "base_url": base_url,
         "download_url": reverse("admin:runs_app_run_timeline_download", args=[run.id]),
         "cancel_url": reverse("admin:runs_app_run_timeline_cancel", args=[run.id]),
+        "may_cancel": access.can(request.user, "cancel", run),
         "session_timeline_url": reverse(
             "admin:sessions_app_session_timeline", args=[run.session_id]
         ),
@@ -120,7 +125,7 @@ def session_timeline(request: HttpRequest, session_id: UUID) -> HttpResponse:
     """Every event of a session, all its runs interleaved by ``seq``."""
     _require_staff(request)
     session = session_for_timeline(session_id)
-    if session is None:
+    if session is None or not access.can_read_session_record(request.user, session):
         raise Http404("No such session.")
     filters = TimelineFilter.from_query(request.GET)
     header = session_header(session)
@@ -133,12 +138,14 @@ def session_timeline(request: HttpRequest, session_id: UUID) -> HttpResponse:
         run_labels=header.run_labels,
         known_users=header.users,
     )
+    export_url = ""
     try:
         # The API's export: one document with the session, runs, turns, tool calls,
-        # events and session memory (staff may read any session through it).
-        export_url = reverse("api:session-export", args=[session.id])
+        # events and session memory (it asks for the same permissions).
+        if access.can_read_session_record(request.user, session, with_memory=True):
+            export_url = reverse("api:session-export", args=[session.id])
     except NoReverseMatch:
-        export_url = ""
+        pass
     context = {
         **_page_context(request, filters),
         "title": f"Timeline of session {session.id}",
@@ -163,19 +170,34 @@ _PAYLOAD_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def _payload_document(kind: str, object_id: str) -> dict[str, Any]:
+def _payload_row(kind: str, object_id: str) -> Any:
     try:
         if kind == "event":
-            return dict(RunEventSerializer(get_object_or_404(RunEvent, pk=int(object_id))).data)
+            return get_object_or_404(RunEvent, pk=int(object_id))
         if kind == "turn":
-            return dict(TurnSerializer(get_object_or_404(Turn, pk=UUID(object_id))).data)
+            return get_object_or_404(Turn.objects.select_related("run"), pk=UUID(object_id))
         if kind == "tool_call":
-            return dict(ToolCallSerializer(get_object_or_404(ToolCall, pk=UUID(object_id))).data)
+            return get_object_or_404(ToolCall, pk=UUID(object_id))
         if kind == "run":
-            return dict(RunSerializer(get_object_or_404(Run, pk=UUID(object_id))).data)
+            return get_object_or_404(Run, pk=UUID(object_id))
     except ValueError:
         raise Http404("Malformed id.") from None
     raise Http404("Unknown kind.")
+
+
+_PAYLOAD_SERIALIZERS: dict[str, Any] = {
+    "event": RunEventSerializer,
+    "turn": TurnSerializer,
+    "tool_call": ToolCallSerializer,
+    "run": RunSerializer,
+}
+
+
+def _payload_document(request: HttpRequest, kind: str, object_id: str) -> dict[str, Any]:
+    row = _payload_row(kind, object_id)
+    if not access.can_read_row(request.user, row):
+        raise Http404("Not found.")
+    return dict(_PAYLOAD_SERIALIZERS[kind](row).data)
 
 
 @require_GET
@@ -186,7 +208,7 @@ def timeline_payload(request: HttpRequest, kind: str, object_id: str | int | UUI
     _require_staff(request)
     if kind not in _PAYLOAD_FIELDS:
         raise Http404("Unknown kind.")
-    document = _payload_document(kind, str(object_id))
+    document = _payload_document(request, kind, str(object_id))
     field_name = request.GET.get("field", "")
     value: Any = document
     if field_name:
@@ -213,6 +235,8 @@ def run_download(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
     """The run as one JSON document, as an attachment."""
     _require_staff(request)
     run = get_object_or_404(Run, pk=run_id)
+    if not access.can_read_run_record(request.user, run):
+        raise Http404("No such run.")
     response = StreamingHttpResponse(run_document_stream(run), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="run-{run.id}.json"'
     return response
@@ -225,16 +249,21 @@ def run_download(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
 def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """Ask a run to stop, from its timeline (a POST, CSRF-protected by admin_view)."""
     _require_staff(request)
-    run = get_object_or_404(Run.objects.only("id", "status"), pk=run_id)
+    run = get_object_or_404(Run.objects.only("id", "status", "session_id"), pk=run_id)
+    if not access.can_read_run_record(request.user, run):
+        raise Http404("No such run.")
+    if not access.can(request.user, "cancel", run):
+        raise PermissionDenied
     target = reverse("admin:runs_app_run_timeline", args=[run.id])
     if run.is_terminal:
         messages.warning(request, f"The run had already ended ({run.status}); nothing to cancel.")
         return HttpResponseRedirect(target)
     try:
-        info = rt.cancel_run(run.id, reason="canceled by operator")
+        info = rt.cancel_run(run.id, reason=access.canceled_by(request.user))
     except GoaaiError as exc:
         messages.error(request, f"The run could not be canceled: {exc}")
         return HttpResponseRedirect(target)
+    log_actions(request.user, [run], CHANGE, "Canceled (from its timeline)")
     if info.status == "canceled":
         messages.success(request, "The run was canceled.")
     else:

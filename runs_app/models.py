@@ -71,6 +71,11 @@ class Run(models.Model):
     # lease expired lost its worker and is taken up again by another.
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # When the run was last put on the distributed queue (the Celery executor). A
+    # run that has not changed since is not queued again within a lease period:
+    # servers and workers looking for lost runs would otherwise pile up copies of
+    # every run still waiting for a free worker.
+    queued_at = models.DateTimeField(null=True, blank=True)
     # Idempotent creation: the same key on the same session returns the same run;
     # the fingerprint of the request body tells a replay from a conflicting reuse.
     # NULL (not "") when absent, so the unique constraint ignores keyless runs.
@@ -83,6 +88,12 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Actions on another user's run (see goaai.access); a user may always act
+        # on their own.
+        permissions = [
+            ("cancel_run", "Can cancel any user's run"),
+            ("respond_run", "Can approve, deny or answer for any user's run"),
+        ]
         indexes = [
             models.Index(fields=["session", "created_at"], name="run_session_created"),
             models.Index(fields=["status", "-created_at"], name="run_status_created"),

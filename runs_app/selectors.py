@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from uuid import UUID
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.conf import settings
+from django.db.models import F, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
@@ -73,12 +74,39 @@ def run_depth(*, run: Run) -> int:
     return depth
 
 
-def runs_without_worker(*, limit: int = 100, grace_seconds: float = 30.0) -> list[UUID]:
-    """Top-level runs that no live worker holds: running whose lease expired (or was
-    released after an answer), and pending ones nobody claimed within the grace
-    period (their hand-off to an executor was lost)."""
+def without_live_worker(*, now: dt.datetime) -> Q:
+    """Runs that should be executing and that no live worker holds: pending, or
+    running with their worker's lease released (an answer arrived) or expired."""
+    return (
+        Q(status=RunStatus.PENDING)
+        | Q(status=RunStatus.RUNNING, lease_expires_at__isnull=True)
+        | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    )
+
+
+def not_on_queue(*, now: dt.datetime, lease_seconds: float) -> Q:
+    """Runs not known to be on the distributed queue: never put there, changed since
+    they last were (a worker took them, an answer arrived), or put there longer
+    than a lease ago. A message queued that long ago either waits behind other runs
+    for a free worker or was lost (a Redis that came back empty); one more copy
+    per lease period keeps the second case bounded without piling up the first."""
+    return (
+        Q(queued_at__isnull=True)
+        | Q(queued_at__lt=F("updated_at"))
+        | Q(queued_at__lt=now - dt.timedelta(seconds=lease_seconds))
+    )
+
+
+def runs_without_worker(
+    *, limit: int = 100, grace_seconds: float = 30.0, lease_seconds: float | None = None
+) -> list[UUID]:
+    """Top-level runs that no live worker holds and that are not on the queue (see
+    :func:`not_on_queue`; ``lease_seconds`` defaults to the run lease): running
+    whose lease expired (or was released after an answer), and pending ones nobody
+    claimed within the grace period (their hand-off to an executor was lost)."""
     now = timezone.now()
     stale = now - dt.timedelta(seconds=grace_seconds)
+    lease = settings.GOAAI_RUN_LEASE_SECONDS if lease_seconds is None else lease_seconds
     rows = (
         Run.objects.filter(parent_run__isnull=True)
         .filter(
@@ -86,6 +114,7 @@ def runs_without_worker(*, limit: int = 100, grace_seconds: float = 30.0) -> lis
             | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
             | Q(status=RunStatus.PENDING, created_at__lt=stale)
         )
+        .filter(not_on_queue(now=now, lease_seconds=lease))
         .order_by("created_at")
         .values_list("id", flat=True)[:limit]
     )

@@ -39,6 +39,7 @@ from goaai.runtime.vocabulary import (
     ToolCallStatus,
     sources_of,
 )
+from runs_app.metrics import observe_model_latency
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.eventlog import EventBatch, recording
 
@@ -550,6 +551,7 @@ def turn_complete(
     with recording(turn_id, of=Turn, expect=3 if text else 2, read=_TURN_READ) as batch:
         turn = _turn(batch)
         run_id = turn.run_id
+        model = model or turn.model
         sql.update(
             Turn,
             turn_id,
@@ -560,7 +562,7 @@ def turn_complete(
                 "output_tokens": output_tokens,
                 "latency_ms": latency_ms,
                 "ended_at": batch.now,
-                "model": model or turn.model,
+                "model": model,
             },
         )
         sql.update(
@@ -585,6 +587,7 @@ def turn_complete(
             *payloads.usage(turn=turn_id, input_tokens=input_tokens, output_tokens=output_tokens),
             run_id=run_id,
         )
+    observe_model_latency(model=model, latency_ms=latency_ms)
 
 
 # Tool calls

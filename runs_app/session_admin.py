@@ -12,6 +12,7 @@ from django.http.response import HttpResponseBase
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from goaai.access import CHANGE, log_actions
 from goaai.admin_base import (
     ReadOnlyAdmin,
     agent_ids,
@@ -24,9 +25,11 @@ from goaai.admin_base import (
 )
 from goaai.runtime.vocabulary import SessionStatus
 from runs_app import admin_timeline as timeline
+from runs_app.access import SESSION_EXPORT, may_read_every_record
 from runs_app.export import session_document
 from runs_app.models import Run
 from runs_app.sessions import session_end
+from sessions_app.access import may_act_on_every
 from sessions_app.models import Session
 from sessions_app.services import session_delete
 
@@ -92,8 +95,22 @@ class SessionAdmin(ReadOnlyAdmin):
 
     # Deleting a session (and everything under it) is the one removal operators may
     # make here; it is how a user's request to forget a conversation is honoured.
+    # It takes sessions_app.delete_session, and only that: the runs, events and
+    # memory go with their session, never one by one.
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return bool(request.user.is_superuser)
+        return may_act_on_every(request.user, "delete")
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    # The actions ask for what they do: the JSON export is each session's whole
+    # record with its memory; ending is sessions_app.end_session.
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return may_read_every_record(request.user, SESSION_EXPORT)
+
+    def has_end_permission(self, request: HttpRequest) -> bool:
+        return may_act_on_every(request.user, "end")
 
     def delete_model(self, request: HttpRequest, obj: Session) -> None:
         session_delete(session_id=obj.pk)
@@ -113,7 +130,7 @@ class SessionAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
-    @admin.action(description="Export selected sessions as JSON")
+    @admin.action(description="Export selected sessions as JSON", permissions=["export"])
     def export_json(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponse:
         sessions = queryset.select_related("owner").order_by("created_at")
         documents = [session_document(session) for session in sessions]
@@ -128,9 +145,12 @@ class SessionAdmin(ReadOnlyAdmin):
         header = ["owner" if c == "owner__username" else c for c in columns]
         return csv_download("sessions.csv", queryset.order_by("created_at"), columns, header)
 
-    @admin.action(description="End selected sessions (cancels their runs)")
+    @admin.action(description="End selected sessions (cancels their runs)", permissions=["end"])
     def end_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
-        active = list(queryset.filter(status=SessionStatus.ACTIVE).values_list("id", flat=True))
-        for session_id in active:
-            session_end(session_id=session_id, reason="ended_by_operator")
+        active = list(queryset.filter(status=SessionStatus.ACTIVE))
+        # The runs it stops say who stopped them.
+        reason = f"session ended by {request.user.get_username()} (user {request.user.pk})"
+        for session in active:
+            session_end(session_id=session.pk, reason=reason, ended_by=request.user.pk)
+        log_actions(request.user, active, CHANGE, "Ended the session (admin action)")
         self.message_user(request, f"Ended {len(active)} session(s).", messages.SUCCESS)

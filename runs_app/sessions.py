@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 from uuid import UUID
 
@@ -20,18 +21,22 @@ from runs_app.models import Run, ToolCall, Turn
 from runs_app.services import runs_cancel_in_session
 from sessions_app.eventlog import recording
 from sessions_app.models import RunEvent, Session
+from sessions_app.publisher import publish_sessions_deleted
 from sessions_app.services import session_mark_ended
 
 
-def session_end(*, session_id: UUID, reason: str = "session_ended") -> Session:
-    """End a session: runs in flight are canceled and later runs are refused.
+def session_end(
+    *, session_id: UUID, reason: str = "session_ended", ended_by: int | None = None
+) -> Session:
+    """End a session: runs in flight are canceled and later runs are refused;
+    ``ended_by`` is the user who ended it, when a person did.
 
     Ending an ended session changes nothing.
     """
     with recording(session_id) as batch:
         if batch.session_status != SessionStatus.ENDED:
             canceled = runs_cancel_in_session(batch=batch, reason=reason)
-            session_mark_ended(batch=batch, runs_canceled=canceled)
+            session_mark_ended(batch=batch, runs_canceled=canceled, ended_by=ended_by)
     return Session.objects.get(pk=session_id)
 
 
@@ -115,7 +120,8 @@ def sessions_purge(
     what it finished stays finished if it is interrupted. Rows elsewhere that refer
     to a deleted run or tool call (a child run in another session, user memory a
     run wrote, its revisions) are kept with the reference nulled, as the models'
-    ``SET_NULL`` says. No live event is sent: these conversations ended long ago.
+    ``SET_NULL`` says. No event is logged (these conversations ended long ago), but
+    the live streams still open on a purged session end.
 
     With ``dry_run`` nothing is deleted and the counts are what would go. Returns
     the number of rows per kind (:data:`PURGE_COUNT_KINDS`).
@@ -153,5 +159,7 @@ def sessions_purge(
             _detach_from_purged(batch)
             for kind, rows in _purge_targets(batch):
                 counts[kind] += sql.delete_rows(rows)
+            # A client may still be watching one: its stream ends (4404).
+            transaction.on_commit(functools.partial(publish_sessions_deleted, batch))
     counts["expired_memory_entries"] = memory_purge_expired(now=moment)
     return counts

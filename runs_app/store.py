@@ -73,8 +73,8 @@ class OrmRunStore:
     def get_session(self, session_id: UUID) -> SessionInfo:
         return SessionInfo.of(session_get(session_id=session_id))
 
-    def end_session(self, session_id: UUID) -> SessionInfo:
-        return SessionInfo.of(session_end(session_id=session_id))
+    def end_session(self, session_id: UUID, *, ended_by: int | None = None) -> SessionInfo:
+        return SessionInfo.of(session_end(session_id=session_id, ended_by=ended_by))
 
     # Runs
 

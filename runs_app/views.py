@@ -2,8 +2,8 @@
 
 The pages are thin: they read what the first paint needs and hand the rest to the
 page's JavaScript, which talks to the REST API and the session's WebSocket. Every
-read is scoped to the caller: another user's session is a 404, as in the API
-(staff may open any session, as they may through the API).
+read is scoped to the caller: another user's session is a 404, as in the API,
+unless the caller may read it and its event log (sessions_app.access).
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from goaai.access import allowed
 from goaai.runtime import rt
 from goaai.runtime.errors import NotFound, UnknownAgent
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
+from memory_app.models import MemoryEntry
 from runs_app.models import Run
+from sessions_app.access import may_read_session
 from sessions_app.models import Session
 from sessions_app.services import MAX_TITLE_LENGTH, session_create
 
@@ -58,10 +61,10 @@ def _own_sessions(user: Any, query: str = "") -> QuerySet[Session]:
 
 
 def _visible_session(user: Any, session_id: UUID) -> Session:
-    """The session if the user may open it (their own; any for staff), else 404."""
-    sessions = Session.objects.all() if user.is_staff else Session.objects.filter(owner=user)
-    session = sessions.select_related("owner").filter(pk=session_id).first()
-    if session is None:
+    """The session if the user may open it (their own, or another's with the
+    permission to read it and its event log), else 404."""
+    session = Session.objects.select_related("owner").filter(pk=session_id).first()
+    if session is None or not may_read_session(user, session):
         raise Http404("No such session.")
     return session
 
@@ -165,6 +168,22 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _viewer_may(user: Any, session: Session) -> dict[str, bool]:
+    """What the viewer may do in the chat: everything in their own; in another
+    user's, what their permissions allow (an auditor only reads)."""
+    owner = session.owner_id
+    return {
+        "post": allowed(user, Run, "add", owner),
+        "respond": allowed(user, Run, "respond", owner),
+        "cancel": allowed(user, Run, "cancel", owner),
+        "rename": allowed(user, Session, "change", owner),
+        "end": allowed(user, Session, "end", owner),
+        "delete": allowed(user, Session, "delete", owner),
+        "memory": allowed(user, MemoryEntry, "change", owner),
+        "forget": allowed(user, MemoryEntry, "delete", owner),
+    }
+
+
 @login_required
 def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
     """The conversation. The transcript is rebuilt in the browser from the session's
@@ -190,6 +209,7 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
         ).values_list("id", "status", "lease_expires_at")
     ]
     sidebar = list(_own_sessions(request.user)[:SIDEBAR_SIZE])
+    may = _viewer_may(request.user, session)
     data = {
         "session": {
             "id": str(session.pk),
@@ -211,6 +231,7 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
             "login": reverse("login"),
         },
         "open_runs": open_runs,
+        "may": may,
     }
     return render(
         request,
@@ -221,5 +242,6 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
             "sidebar_groups": _groups(sidebar),
             "chat_data": data,
             "is_owner": session.owner_id == request.user.pk,
+            "may": may,
         },
     )

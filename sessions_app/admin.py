@@ -7,7 +7,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from goaai.access import CHANGE, log_actions
 from goaai.admin_base import ReadOnlyAdmin, owner_filter
+from sessions_app.access import may_revoke_tokens
 from sessions_app.models import ApiToken
 from sessions_app.services import api_token_revoke
 
@@ -43,9 +45,15 @@ class ApiTokenAdmin(ReadOnlyAdmin):
     readonly_fields = fields
     actions = ["revoke"]
 
-    @admin.action(description="Revoke selected tokens")
+    # Revoking another user's token takes sessions_app.delete_apitoken (through the
+    # API, revoking is a DELETE).
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return may_revoke_tokens(request.user)
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        tokens = list(queryset.filter(revoked_at__isnull=True).values_list("id", flat=True))
-        for token_id in tokens:
-            api_token_revoke(token_id=token_id)
+        tokens = list(queryset.filter(revoked_at__isnull=True))
+        for token in tokens:
+            api_token_revoke(token_id=token.pk)
+        log_actions(request.user, tokens, CHANGE, "Revoked (admin action)")
         self.message_user(request, f"Revoked {len(tokens)} token(s).", messages.SUCCESS)

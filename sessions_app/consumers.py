@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 from urllib.parse import parse_qs
+from uuid import UUID
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from sessions_app.publisher import session_group, token_group, user_group
+from goaai.api.fields import nested_deeper_than
+from goaai.api.parsers import MAX_JSON_DEPTH
+from sessions_app.publisher import session_group, user_group
 from sessions_app.streams import (
     CLOSE_NO_SESSION,
     CLOSE_NOT_ALLOWED,
@@ -18,9 +21,12 @@ from sessions_app.streams import (
     CLOSE_RESYNC,
     MAX_LIVE_GAP,
     Sequencer,
+    Watcher,
+    handshake_request,
     origin_allowed,
     parse_after,
     session_visible,
+    still_allowed,
     stored_after,
     subscribe,
 )
@@ -31,31 +37,75 @@ CLOSE_BAD_REQUEST = 4400
 
 
 class _Consumer(AsyncWebsocketConsumer):
-    """Authentication, origin checks and the client's control frames."""
+    """Authentication, origin checks, the client's control frames, and closing
+    once the socket's credentials stop giving access."""
 
     groups_joined: list[str]
+    watcher: Watcher
+    # The session whose events the socket streams (None for the session list).
+    watched: UUID | None = None
+    ended = False
 
     async def admit(self) -> Any:
         """Accept the socket and return the user, or close it with the code that
         says why not (a close code reaches the client only after accepting)."""
         self.groups_joined = []
         await self.accept()
-        if not origin_allowed(dict(self.scope.get("headers", []))):
-            await self.close(CLOSE_NOT_ALLOWED)
+        if not origin_allowed(handshake_request(self.scope)):
+            await self.end(CLOSE_NOT_ALLOWED)
             return None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(CLOSE_NOT_AUTHENTICATED)
+            await self.end(CLOSE_NOT_AUTHENTICATED)
             return None
         token_id = self.scope.get("api_token_id")
-        if token_id is not None:
-            await self.join(token_group(token_id))
+        session = self.scope.get("session") if token_id is None else None
+        self.watcher = Watcher(
+            user_id=user.pk,
+            token_id=token_id,
+            browser_session=getattr(session, "session_key", None),
+        )
+        # Told from now on of any change to the credentials; the credentials are
+        # then read again, so that one made before joining is not missed either.
+        for group in self.watcher.groups():
+            await self.join(group)
+        user = await still_allowed(self.watcher)
+        if user is None:
+            await self.end(CLOSE_NOT_AUTHENTICATED)
         return user
+
+    async def end(self, code: int, error: tuple[str, str] | None = None) -> None:
+        """Close the socket with ``code``, after an error frame (code, detail) that
+        says why; nothing is sent after that."""
+        if self.ended:
+            return
+        if error is not None:
+            await self.error(*error)
+        self.ended = True
+        await self.close(code)
 
     async def token_revoked(self, message: dict[str, Any]) -> None:
         """The API token this socket authenticated with was revoked."""
-        await self.error("token_revoked", "The token this connection used was revoked.")
-        await self.close(CLOSE_NOT_AUTHENTICATED)
+        await self.end(
+            CLOSE_NOT_AUTHENTICATED,
+            ("token_revoked", "The token this connection used was revoked."),
+        )
+
+    async def access_signed_out(self, message: dict[str, Any]) -> None:
+        """The browser session this socket authenticated with signed out."""
+        await self.end(
+            CLOSE_NOT_AUTHENTICATED,
+            ("signed_out", "The browser session this connection used signed out."),
+        )
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """The user changed (deactivated, demoted, a permission taken away...):
+        ask again whether this socket may stay open."""
+        if not self.ended and await still_allowed(self.watcher, self.watched) is None:
+            await self.end(
+                CLOSE_NOT_AUTHENTICATED,
+                ("access_revoked", "The credentials of this connection no longer give access."),
+            )
 
     async def on_ping(self) -> None:
         """After a pong: a chance to look for anything missed (see SessionConsumer)."""
@@ -69,7 +119,8 @@ class _Consumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+        if not self.ended:
+            await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
     async def error(self, code: str, detail: str) -> None:
         await self.send_frame({"type": "error", "code": code, "detail": detail})
@@ -83,8 +134,16 @@ class _Consumer(AsyncWebsocketConsumer):
             return
         try:
             frame = json.loads(text_data)
+            too_deep = nested_deeper_than(frame, MAX_JSON_DEPTH)
         except ValueError:
             await self.error("invalid_json", "The frame is not JSON.")
+            return
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            await self.error(
+                "invalid_json", f"The frame is nested more than {MAX_JSON_DEPTH} levels deep."
+            )
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             await self.error("invalid_frame", 'A frame is an object with a "type".')
@@ -105,13 +164,13 @@ class SessionConsumer(_Consumer):
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         if not await session_visible(session_id, user):
-            await self.close(CLOSE_NO_SESSION)
+            await self.end(CLOSE_NO_SESSION)
             return
+        self.watched = session_id
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         after = parse_after((query.get("after") or [None])[0])
         if after is None:
-            await self.error("invalid_after", "after is a non-negative integer.")
-            await self.close(CLOSE_BAD_REQUEST)
+            await self.end(CLOSE_BAD_REQUEST, ("invalid_after", "after is a non-negative integer."))
             return
         # Join before reading: an event committed after the read is then published
         # to this socket; one that comes both ways is dropped by its sequence number.
@@ -141,9 +200,13 @@ class SessionConsumer(_Consumer):
         if gap:
             if self.sequencer.gap() > MAX_LIVE_GAP:
                 await self.send_frame({"type": "resync", "after": self.sequencer.last})
-                await self.close(CLOSE_RESYNC)
+                await self.end(CLOSE_RESYNC)
                 return
             await self.send_events(await self.sequencer.fill())
+
+    async def session_deleted(self, message: dict[str, Any]) -> None:
+        """The session was deleted: there is nothing more to stream."""
+        await self.end(CLOSE_NO_SESSION, ("session_deleted", "The session was deleted."))
 
     async def run_delta(self, message: dict[str, Any]) -> None:
         if hasattr(self, "sequencer"):

@@ -36,6 +36,9 @@ class Session(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Ending another user's session (see goaai.access); a user may always end
+        # their own.
+        permissions = [("end_session", "Can end any user's session")]
         indexes = [
             models.Index(fields=["owner", "-created_at"], name="session_owner_created"),
             models.Index(fields=["status", "-created_at"], name="session_status_created"),
@@ -114,6 +117,9 @@ class ApiToken(models.Model):
     Only a SHA-256 digest of the token is stored: the token is shown once, when it
     is created, and a copy of the database does not hand out working credentials.
     A fast hash is enough because tokens are long random strings, not passwords.
+
+    A token made with another token is that token's child: revoking a token revokes
+    every token made with it, so a leaked token cannot leave working ones behind.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -128,6 +134,11 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The token this one was made with (none when made with a password or the
+    # browser session).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
 
     class Meta:
         verbose_name = "API token"

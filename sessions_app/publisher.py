@@ -1,5 +1,6 @@
 """Live delivery of a session's committed events, and of the other messages live
-subscribers get (streamed model text, a revoked token, a deleted session).
+subscribers get (streamed model text, a revoked token, a deleted session, a change
+to what a user may read).
 
 Nothing here writes to the database: the event log (:mod:`sessions_app.eventlog`)
 hands events over once their transaction has committed, and a subscriber that
@@ -11,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
+import hashlib
 import logging
 import queue
 import threading
+import time
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -21,6 +26,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
+from sessions_app.metrics import observe_publish_lag
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +74,8 @@ class _Publisher:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        # (group, message, when it was handed over: time.monotonic())
+        self._queue: queue.SimpleQueue[tuple[str, Any, float]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._server_loop: asyncio.AbstractEventLoop | None = None
@@ -92,11 +99,16 @@ class _Publisher:
         return not isinstance(layer, InMemoryChannelLayer) or group in layer.groups
 
     def send(self, group: str, message: dict[str, Any] | tuple[list[Written], int | None]) -> None:
+        # Events are handed over from their transaction's on_commit hook: this is
+        # the moment of the commit, where their publication lag starts.
+        committed = time.monotonic()
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             server = self._server_loop
             if server is not None and not server.is_closed():
-                server.call_soon_threadsafe(self._deliver_in_memory, layer, group, message)
+                server.call_soon_threadsafe(
+                    self._deliver_in_memory, layer, group, message, committed
+                )
             return
         if self._thread is None:
             with self._lock:
@@ -105,23 +117,29 @@ class _Publisher:
                         target=self._run, name="goaai-publisher", daemon=True
                     )
                     self._thread.start()
-        self._queue.put((group, message))
+        self._queue.put((group, message, committed))
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         while True:
-            group, item = self._queue.get()
+            group, item, committed = self._queue.get()
             if isinstance(item, dict) and item.get("type") == "_drain":
                 item["done"].set()
                 continue
             layer = get_channel_layer()
             if layer is None:
                 continue
+            published = True
             for target, message in self._messages(group, item):
                 try:
                     self._deliver(loop, layer, target, message)
                 except Exception:
+                    published = False
                     logger.exception("Publishing to %s failed", target)
+            if published and isinstance(item, tuple):
+                observe_publish_lag(
+                    layer=type(layer).__name__, seconds=time.monotonic() - committed
+                )
 
     @staticmethod
     def _messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -148,7 +166,9 @@ class _Publisher:
     ) -> None:
         loop.run_until_complete(layer.group_send(group, message))
 
-    def _deliver_in_memory(self, layer: InMemoryChannelLayer, group: str, item: Any) -> None:
+    def _deliver_in_memory(
+        self, layer: InMemoryChannelLayer, group: str, item: Any, committed: float
+    ) -> None:
         # On the server's loop; callbacks run in the order they were handed over, and
         # each task they start is queued behind the one before.
         for target, message in self._messages(group, item):
@@ -156,6 +176,10 @@ class _Publisher:
                 task = asyncio.ensure_future(layer.group_send(target, message))
                 self._inflight.add(task)
                 task.add_done_callback(self._delivered)
+                if target == group and isinstance(item, tuple):
+                    task.add_done_callback(
+                        functools.partial(_observe_delivered, type(layer).__name__, committed)
+                    )
 
     def _delivered(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -183,8 +207,13 @@ class _Publisher:
         if self._thread is None:
             return
         done = threading.Event()
-        self._queue.put(("", {"type": "_drain", "done": done}))
+        self._queue.put(("", {"type": "_drain", "done": done}, 0.0))
         done.wait(timeout)
+
+
+def _observe_delivered(layer: str, committed: float, task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        observe_publish_lag(layer=layer, seconds=time.monotonic() - committed)
 
 
 publisher = _Publisher()
@@ -204,6 +233,36 @@ def publish_events(events: list[Written], owner_id: int | None = None) -> None:
 def token_group(token_id: UUID | str) -> str:
     """The group of the live streams an API token opened (told when it is revoked)."""
     return f"token.{UUID(str(token_id)).hex}"
+
+
+def access_group(user_id: int) -> str:
+    """The group of every live stream a user has open, told when what the user may
+    read could have changed (see :class:`sessions_app.streams.Watcher`)."""
+    return f"access.{int(user_id)}"
+
+
+def browser_group(session_key: str) -> str:
+    """The group of the live streams one browser session opened, told when it signs
+    out. Named by a digest of the session key: the key is a credential, and group
+    names are seen by whoever can read the channel layer."""
+    return f"browser.{hashlib.sha256(session_key.encode()).hexdigest()[:40]}"
+
+
+def publish_access_changed(user_ids: Iterable[int]) -> None:
+    """Tell the users' open streams to check that they may still be open."""
+    for user_id in set(user_ids):
+        publish_to(access_group(user_id), {"type": "access.changed"})
+
+
+def publish_signed_out(session_key: str) -> None:
+    """End the live streams a browser session opened: it signed out."""
+    publish_to(browser_group(session_key), {"type": "access.signed_out"})
+
+
+def publish_sessions_deleted(session_ids: Iterable[UUID]) -> None:
+    """End the live streams of sessions that were deleted."""
+    for session_id in session_ids:
+        publish_to(session_group(session_id), {"type": "session.deleted"})
 
 
 def publish_to(group: str, message: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from goaai.runtime import payloads
-from goaai.runtime.errors import NotFound
+from goaai.runtime.errors import GoaaiError, NotFound
 from goaai.runtime.vocabulary import SessionStatus
 from sessions_app.eventlog import EventBatch, recording
 from sessions_app.models import ApiToken, Session
@@ -60,7 +60,9 @@ def session_update(
     return Session.objects.get(pk=session_id)
 
 
-def session_mark_ended(*, batch: EventBatch, runs_canceled: int) -> None:
+def session_mark_ended(
+    *, batch: EventBatch, runs_canceled: int, ended_by: int | None = None
+) -> None:
     """Mark the session ``batch`` holds locked as ended (it then refuses new runs),
     in ``batch``'s transaction. Ending a session also stops its runs: callers use
     ``runs_app.services.session_end``, which does both."""
@@ -69,7 +71,19 @@ def session_mark_ended(*, batch: EventBatch, runs_canceled: int) -> None:
         status=SessionStatus.ENDED, ended_at=now, updated_at=now
     )
     batch.session_status = SessionStatus.ENDED
-    batch.add(*payloads.session_ended(ended_at=now.isoformat(), runs_canceled=runs_canceled))
+    name = None
+    if ended_by is not None:
+        name = (
+            get_user_model().objects.filter(pk=ended_by).values_list("username", flat=True).first()
+        )
+    batch.add(
+        *payloads.session_ended(
+            ended_at=now.isoformat(),
+            runs_canceled=runs_canceled,
+            ended_by=ended_by,
+            ended_by_name=name,
+        )
+    )
 
 
 def session_delete(*, session_id: UUID) -> None:
@@ -94,37 +108,96 @@ def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class TokenOutlivesParent(GoaaiError):
+    """A token made with another token may not stay valid longer than that token."""
+
+    code = "after_parent_expiry"
+
+
+class TokenRevoked(GoaaiError):
+    """The token a new token was to be made with was revoked meanwhile."""
+
+    code = "token_revoked"
+
+
 def api_token_create(
-    *, user_id: int, name: str, expires_at: dt.datetime | None = None
+    *,
+    user_id: int,
+    name: str,
+    expires_at: dt.datetime | None = None,
+    parent: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token for a user; returns it with the token itself, which is not
-    stored and cannot be shown again."""
+    stored and cannot be shown again.
+
+    A token made with another token (``parent``) is revoked along with it and
+    expires no later than it: without an expiry of its own it takes the parent's,
+    and a later one raises :class:`TokenOutlivesParent`.
+    """
+    if parent is not None and parent.expires_at is not None:
+        if expires_at is None:
+            expires_at = parent.expires_at
+        elif expires_at > parent.expires_at:
+            raise TokenOutlivesParent(
+                "A token made with another token cannot expire after it "
+                f"({parent.expires_at.isoformat()})."
+            )
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
-        user_id=user_id,
-        name=name.strip()[:100],
-        prefix=raw[:12],
-        digest=token_digest(raw),
-        expires_at=expires_at,
-    )
+    with transaction.atomic():
+        # The parent's row is locked as a revocation locks it: a child is made
+        # before the parent's revocation (which then takes it along) or not at all.
+        if (
+            parent is not None
+            and ApiToken.objects.select_for_update()
+            .filter(pk=parent.pk, revoked_at__isnull=True)
+            .values_list("pk", flat=True)
+            .first()
+            is None
+        ):
+            raise TokenRevoked("The token this request used was revoked.")
+        token = ApiToken.objects.create(
+            user_id=user_id,
+            name=name.strip()[:100],
+            prefix=raw[:12],
+            digest=token_digest(raw),
+            expires_at=expires_at,
+            parent=parent,
+        )
     return token, raw
 
 
 def api_token_revoke(*, token_id: UUID) -> ApiToken:
-    """Revoke a token: it stops working at once. The row stays, for audit."""
+    """Revoke a token and every token made with it (their children too): they stop
+    working at once, and the streams they opened close. The rows stay, for audit."""
     now = timezone.now()
     with transaction.atomic():
-        revoked = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
-            revoked_at=now
+        revoked: list[UUID] = []
+        level = list(
+            ApiToken.objects.select_for_update()
+            .filter(pk=token_id, revoked_at__isnull=True)
+            .values_list("pk", flat=True)
         )
-        if revoked:
-            # Streams the token opened close at once, not only new requests.
-            group = token_group(token_id)
-            transaction.on_commit(lambda: publish_to(group, {"type": "token.revoked"}))
+        while level:
+            revoked += level
+            # A revoked token can make no more children: those it has are all here.
+            level = list(
+                ApiToken.objects.select_for_update()
+                .filter(parent_id__in=level, revoked_at__isnull=True)
+                .values_list("pk", flat=True)
+            )
+        ApiToken.objects.filter(pk__in=revoked).update(revoked_at=now)
+        # Streams the tokens opened close at once, not only new requests.
+        groups = [token_group(revoked_id) for revoked_id in revoked]
+        transaction.on_commit(lambda: _tell_revoked(groups))
     try:
         return ApiToken.objects.get(pk=token_id)
     except ApiToken.DoesNotExist:
         raise NotFound(f"No token {token_id}.") from None
+
+
+def _tell_revoked(groups: list[str]) -> None:
+    for group in groups:
+        publish_to(group, {"type": "token.revoked"})
 
 
 def api_token_touch(*, token: ApiToken, now: dt.datetime) -> None:

@@ -13,19 +13,28 @@ gap is too large to fill is told to reconnect from its last sequence (``resync``
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.http.request import split_domain_port, validate_host
+from django.contrib import auth
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.asgi import ASGIRequest
+from django.db.models import Q
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.http import is_same_domain
 
 from sessions_app import eventlog
-from sessions_app.models import Session
-from sessions_app.publisher import publisher
+from sessions_app.access import can_read_session
+from sessions_app.models import ApiToken
+from sessions_app.publisher import access_group, browser_group, publisher, token_group
 
 # The most events a stream reads from the database in one query.
 CATCH_UP_PAGE = 500
@@ -50,10 +59,7 @@ def events_after(session_id: UUID, after: int, limit: int = CATCH_UP_PAGE) -> li
 def session_visible(session_id: UUID, user: Any) -> bool | None:
     """``True`` if ``user`` may watch the session, ``None`` if it does not exist for
     them (someone else's session is "not found", as in the REST API)."""
-    owner_id = Session.objects.filter(pk=session_id).values_list("owner_id", flat=True).first()
-    if owner_id is None or (owner_id != user.pk and not user.is_staff):
-        return None
-    return True
+    return True if can_read_session(user, session_id) else None
 
 
 @dataclass
@@ -111,22 +117,123 @@ async def stored_after(sequencer: Sequencer) -> AsyncIterator[list[dict[str, Any
             return
 
 
-def origin_allowed(headers: dict[bytes, bytes]) -> bool:
-    """A browser's ``Origin`` must name this site (its allowed hosts or trusted
-    origins); non-browser clients send none and authenticate with a token."""
-    raw = headers.get(b"origin")
-    if raw is None:
+# The WebSocket schemes, as the HTTP schemes of the page that opens the socket.
+_PAGE_SCHEMES = {"ws": "http", "wss": "https"}
+
+
+def handshake_request(scope: dict[str, Any]) -> HttpRequest:
+    """A WebSocket handshake as the Django request it is (a GET with the same
+    headers), so that its scheme and host are read as Django reads every request's:
+    the scheme behind ``SECURE_PROXY_SSL_HEADER``, the host behind
+    ``USE_X_FORWARDED_HOST`` and checked against ``ALLOWED_HOSTS``."""
+    scheme = _PAGE_SCHEMES.get(scope.get("scheme") or "ws", "http")
+    return ASGIRequest({**scope, "type": "http", "method": "GET", "scheme": scheme}, io.BytesIO())
+
+
+def origin_allowed(request: HttpRequest) -> bool:
+    """Whether a browser's page may open a live stream: its ``Origin`` must be this
+    site's own (scheme, host and port, exactly, as the request reached the site) or
+    one of ``CSRF_TRUSTED_ORIGINS``, compared as Django's CSRF check compares them.
+
+    A WebSocket has no same-origin policy: without this, any page a signed-in user
+    visits could read their sessions with their cookie. Browsers always send
+    ``Origin`` on a WebSocket and on a cross-origin request; a client that sends
+    none is no browser and is judged by its credentials alone.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
         return True
-    origin = raw.decode("latin1")
-    if origin in settings.CSRF_TRUSTED_ORIGINS:
+    try:
+        if origin == f"{request.scheme}://{request.get_host()}":
+            return True
+    except DisallowedHost:
+        pass  # a host this site does not serve (a rebound DNS name) is not ours
+    return _trusted_origin(origin)
+
+
+def _trusted_origin(origin: str) -> bool:
+    # As django.middleware.csrf.CsrfViewMiddleware._origin_verified: exact origins,
+    # and "scheme://*.domain" for a domain and its subdomains.
+    trusted = settings.CSRF_TRUSTED_ORIGINS
+    if origin in {o for o in trusted if "*" not in o}:
         return True
-    domain, _ = split_domain_port(urlsplit(origin).netloc)
-    if not domain:
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
         return False
-    allowed = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return validate_host(domain, allowed)
+    return any(
+        is_same_domain(parts.netloc, wildcard.netloc.lstrip("*"))
+        for wildcard in map(urlsplit, (o for o in trusted if "*" in o))
+        if wildcard.scheme == parts.scheme
+    )
+
+
+# Access that changes while a stream is open
+
+
+@dataclass(frozen=True)
+class Watcher:
+    """Who a stream is open for and the credentials it was opened with.
+
+    A stream listens on the groups of its credentials (:meth:`groups`). A revoked
+    token or a browser session that signs out ends it at once; a change to the
+    user (deactivated, demoted, a permission or group taken away, a new password)
+    makes it ask :func:`still_allowed` again, with the same question it was opened
+    with, and end if the answer is no.
+    """
+
+    user_id: int
+    token_id: UUID | None = None
+    # The key of the browser session whose cookie opened the stream.
+    browser_session: str | None = None
+
+    def groups(self) -> list[str]:
+        groups = [access_group(self.user_id)]
+        if self.token_id is not None:
+            groups.append(token_group(self.token_id))
+        if self.browser_session is not None:
+            groups.append(browser_group(self.browser_session))
+        return groups
+
+
+@database_sync_to_async
+def _current_user(watcher: Watcher) -> Any | None:
+    """The stream's user as they are now, if its credentials still sign them in."""
+    user: Any
+    if watcher.token_id is not None:
+        live = ApiToken.objects.filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()),
+            pk=watcher.token_id,
+            revoked_at__isnull=True,
+        )
+        if not live.exists():
+            return None
+        user = auth.get_user_model()._default_manager.filter(pk=watcher.user_id).first()
+    elif watcher.browser_session is not None:
+        # The browser session read afresh, as its next request would read it: gone
+        # once signed out, and refused once the password changed.
+        request = HttpRequest()
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(
+            watcher.browser_session
+        )
+        user = auth.get_user(request)
+    else:
+        return None
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    return user if user.pk == watcher.user_id else None
+
+
+async def still_allowed(watcher: Watcher, session_id: UUID | None = None) -> Any | None:
+    """The stream's user, read afresh, if the stream may stay open: its credentials
+    still sign them in and, for a session's stream, they may still read the session
+    (asked with :func:`session_visible`, as when the stream was opened)."""
+    user = await _current_user(watcher)
+    if user is None:
+        return None
+    if session_id is not None and not await session_visible(session_id, user):
+        return None
+    return user
 
 
 def parse_after(raw: str | None) -> int | None:

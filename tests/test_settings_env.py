@@ -88,6 +88,9 @@ def test_env_database_gives_postgres_a_connection_pool(monkeypatch):
     assert (config["NAME"], config["USER"], config["PASSWORD"]) == ("goaai", "goaai", "secret")
     assert (config["HOST"], config["PORT"]) == ("db.example", 6543)
     assert config["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 25, "timeout": 10}
+    # Every connection the pool hands out is checked first (the server may have
+    # dropped it while it waited).
+    assert config["CONN_HEALTH_CHECKS"] is True
     # A pool and persistent connections exclude each other.
     assert config["CONN_MAX_AGE"] == 0
     assert "transaction_mode" not in config["OPTIONS"]

@@ -3,24 +3,61 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TypeAlias
 
 from rest_framework import serializers
 
 MAX_JSON_BYTES = 16 * 1024
 MAX_LABELS = 32
 
+# Where a node sits in a JSON value: (key or index, where its container sits), or
+# None at the top. Linked rather than copied, so that a walk costs the same at
+# every depth; see json_path().
+JsonPlace: TypeAlias = tuple[str | int, "JsonPlace"] | None
+
+
+def json_nodes(value: Any) -> Iterator[tuple[Any, int, JsonPlace]]:
+    """Every node of a JSON value with its depth (1 for the value itself, 2 for
+    what it contains...) and its place, without recursion: a value nested deeper
+    than the interpreter's stack is walked like any other. An object's keys come
+    too, as strings with the object's own depth and place, each just before the
+    value it names."""
+    stack: list[tuple[Any, int, JsonPlace]] = [(value, 1, None)]
+    while stack:
+        node, depth, place = stack.pop()
+        yield node, depth, place
+        if isinstance(node, dict):
+            for key, item in node.items():
+                stack.append((item, depth + 1, (key, place)))
+                stack.append((key, depth, place))
+        elif isinstance(node, list):
+            stack.extend((item, depth + 1, (i, place)) for i, item in enumerate(node))
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether a JSON value has arrays or objects nested more than ``limit`` deep
+    (the value itself is level 1)."""
+    return any(
+        depth > limit and isinstance(node, dict | list) for node, depth, _ in json_nodes(value)
+    )
+
+
+def json_path(place: JsonPlace) -> str:
+    """A place as the API names fields in errors: ``metadata.steps.0.note``."""
+    parts: list[str] = []
+    while place is not None:
+        # A key that is not valid Unicode is shown escaped, so that the error
+        # naming it can be encoded.
+        parts.append(str(place[0]).encode("utf-8", "backslashreplace").decode())
+        place = place[1]
+    return ".".join(reversed(parts))
+
 
 def has_nul(value: Any) -> bool:
     """Whether a JSON value holds a NUL character in a key or a string anywhere
     (PostgreSQL cannot store one in text or JSON)."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(has_nul(key) or has_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(has_nul(item) for item in value)
-    return False
+    return any(isinstance(node, str) and "\x00" in node for node, _, _ in json_nodes(value))
 
 
 def check_no_nul(value: Any, *, what: str) -> Any:

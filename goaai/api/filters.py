@@ -22,7 +22,7 @@ def json_values(raw: str) -> list[Any]:
     values: list[Any] = [raw]
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or an array nested past the stack
         return values
     if parsed is None or isinstance(parsed, bool | int | float):
         values.append(parsed)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from rest_framework.exceptions import ValidationError
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Field, Model, QuerySet
+from django.db.models.constants import LOOKUP_SEP
+from django.utils import timezone
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
+from rest_framework.pagination import Cursor as CursorPosition
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
@@ -24,6 +30,59 @@ class Cursor(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE
     ordering = "-created_at"
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Any], request: Request, view: Any = None
+    ) -> list[Any] | None:
+        self.model = queryset.model
+        return super().paginate_queryset(queryset, request, view)
+
+    def decode_cursor(self, request: Request) -> CursorPosition | None:
+        """The cursor of the request, its position checked against the ordering field.
+
+        A cursor is only base64 of a query string: a client can send one whose
+        position no row could have (text for a time, a number past the column's
+        range). That is an invalid cursor, as a garbled one is, not a database error.
+        """
+        cursor: CursorPosition | None = super().decode_cursor(request)
+        if cursor is None or cursor.position is None:
+            return cursor
+        field = _ordering_field(self.model, self.ordering[0].lstrip("-"))
+        try:
+            position = _position(field, str(cursor.position))
+        except (DjangoValidationError, ValueError, TypeError, OverflowError):
+            raise NotFound(self.invalid_cursor_message) from None
+        # (The stubs type a position as an int; DRF keeps the text of any field.)
+        return cursor._replace(position=position)  # type: ignore[arg-type]
+
+
+def _ordering_field(model: type[Model], attr: str) -> Field[Any, Any]:
+    *relations, name = attr.split(LOOKUP_SEP)
+    for relation in relations:
+        model = model._meta.get_field(relation).related_model  # type: ignore[assignment]
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field):  # a reverse relation: no ordering is one
+        raise TypeError(f"Cannot page by {attr}.")
+    return field
+
+
+def _position(field: Field[Any, Any], raw: str) -> str:
+    """``raw`` as a value of ``field`` the database can compare with, or an error."""
+    if "\x00" in raw:
+        raise ValueError("NUL in a cursor")
+    value = field.to_python(raw)
+    if value is None:
+        raise ValueError("no position")
+    field.run_validators(value)  # an integer column's range, a text column's length
+    if isinstance(value, dt.datetime):
+        # In UTC, and inside the years Python and both databases hold (an offset
+        # past ±16 h or one that pushes year 1 or 9999 over the edge is not).
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value, dt.UTC)
+        value = value.astimezone(dt.UTC)
+        if not dt.MINYEAR < value.year < dt.MAXYEAR:
+            raise OverflowError("out of range")
+    return str(value)
 
 
 class SeqPage(BasePagination):

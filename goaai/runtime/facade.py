@@ -202,11 +202,15 @@ class Runtime:
 
     def reap(self) -> int:
         """Hand every run that no live worker holds to the executor again (a run
-        whose worker died, or whose hand-off was lost). Returns how many."""
-        run_ids = self.store.expired_runs()
-        for run_id in run_ids:
-            self.executor.submit(run_id)
-        return len(run_ids)
+        whose worker died, or whose hand-off was lost). Returns how many.
+
+        A unit of work like a run: a connection the database dropped since the
+        last round is replaced, not failed on for the life of the process."""
+        with self.store.worker():
+            run_ids = self.store.expired_runs()
+            for run_id in run_ids:
+                self.executor.submit(run_id)
+            return len(run_ids)
 
     def start_background(self) -> None:
         """Start this process's reaper thread, once (servers and workers call this)."""
@@ -249,9 +253,12 @@ class Runtime:
             owner_id=int(_id(owner)), agent=agent, title=title, metadata=dict(metadata or {})
         )
 
-    def end_session(self, session: Any) -> SessionInfo:
-        """End a session: runs in flight are canceled and no new run is accepted."""
-        return self.store.end_session(_uuid(session))
+    def end_session(self, session: Any, *, by: Any = None) -> SessionInfo:
+        """End a session: runs in flight are canceled and no new run is accepted.
+        ``by``, the user who ended it, is recorded with the ``session.ended`` event."""
+        return self.store.end_session(
+            _uuid(session), ended_by=int(_id(by)) if by is not None else None
+        )
 
     # Runs
 

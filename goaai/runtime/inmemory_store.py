@@ -355,7 +355,7 @@ class InMemoryRunStore:
         with self._lock:
             return SessionInfo.of(self._session(session_id), _json)
 
-    def end_session(self, session_id: UUID) -> SessionInfo:
+    def end_session(self, session_id: UUID, *, ended_by: int | None = None) -> SessionInfo:
         """End a session: runs in flight are canceled (a run a live worker executes
         is asked to stop) and later runs are refused. Ending it again changes nothing."""
         with self._lock:
@@ -369,7 +369,9 @@ class InMemoryRunStore:
                 self._cancel_or_flag(run, "session_ended", now)
             self._log(
                 session,
-                payloads.session_ended(ended_at=now.isoformat(), runs_canceled=len(open_runs)),
+                payloads.session_ended(
+                    ended_at=now.isoformat(), runs_canceled=len(open_runs), ended_by=ended_by
+                ),
                 now,
             )
             return SessionInfo.of(session, _json)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry
-from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError
+from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError, NotFound
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
 from goaai.runtime.policy import LabelRule, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
@@ -192,34 +192,53 @@ class TurnLoop:
             return self._execute(context, lease)
 
     def _execute(self, context: RunContext, lease: _LeaseKeeper) -> RunInfo | None:
+        try:
+            return self._run_to_an_end(context, lease)
+        except NotFound as exc:
+            # Deleted while it executed (with its session, or on its own): nothing is
+            # left to record, and that is no crash.
+            if self._gone(context.run_id):
+                return None
+            return self._crashed(context.run_id, exc, lease)
+
+    def _run_to_an_end(self, context: RunContext, lease: _LeaseKeeper) -> RunInfo | None:
         run_id = context.run_id
         try:
             return self._drive(context, lease)
         except _Paused as paused:
             return paused.run
         except _LeaseLost:
-            logger.warning("Run %s was taken over by another worker; this one stops", run_id)
+            if not self._gone(run_id):
+                logger.warning("Run %s was taken over by another worker; this one stops", run_id)
             return None
         except _Stop as stop:
-            if lease.lost.is_set():
-                return None
-            if stop.rule:
-                self.store.policy_decision(
-                    run_id=run_id, rule=stop.rule, verdict="stop", reason=stop.reason
-                )
-            return self._finish(run_id, stop.status, stop.error)
+            return self._stopped(run_id, stop, lease)
         except ModelError as exc:
             if lease.lost.is_set():
                 return None
             error = RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable)
             return self._finish(run_id, RunStatus.FAILED, error)
+        except NotFound:
+            raise  # _execute tells a deleted run from a missing row of a live one
         except Exception as exc:
-            logger.exception("Run %s crashed", run_id)
-            if lease.lost.is_set():
-                # Another worker holds the run now; failing it would undo its work.
-                return None
-            error = RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}")
-            return self._finish(run_id, RunStatus.FAILED, error)
+            return self._crashed(run_id, exc, lease)
+
+    def _stopped(self, run_id: UUID, stop: _Stop, lease: _LeaseKeeper) -> RunInfo | None:
+        if lease.lost.is_set():
+            return None
+        if stop.rule:
+            self.store.policy_decision(
+                run_id=run_id, rule=stop.rule, verdict="stop", reason=stop.reason
+            )
+        return self._finish(run_id, stop.status, stop.error)
+
+    def _crashed(self, run_id: UUID, exc: Exception, lease: _LeaseKeeper) -> RunInfo | None:
+        logger.exception("Run %s crashed", run_id)
+        if lease.lost.is_set():
+            # Another worker holds the run now; failing it would undo its work.
+            return None
+        error = RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+        return self._finish(run_id, RunStatus.FAILED, error)
 
     def _finish(self, run_id: UUID, status: RunStatus, error: RunError | None) -> RunInfo:
         """End the run, unless it already ended (a cancel that took effect at once)."""
@@ -227,6 +246,17 @@ class TurnLoop:
             return self.store.finish_run(run_id=run_id, status=status, error=error)
         except IllegalTransition:
             return self.store.get_run(run_id)
+
+    def _gone(self, run_id: UUID) -> bool:
+        """Whether the run was deleted (with its session, or on its own) while this
+        worker executed it: nothing is left to record, and that is no crash. Says so
+        once, without a traceback."""
+        try:
+            self.store.get_run(run_id)
+        except NotFound:
+            logger.info("Run %s was deleted while it executed; this worker stops", run_id)
+            return True
+        return False
 
     # The conversation
 

@@ -53,8 +53,19 @@ def session_updated(*, changes: dict[str, Any]) -> Event:
     return EventType.SESSION_UPDATED, dict(changes)
 
 
-def session_ended(*, ended_at: str, runs_canceled: int) -> Event:
-    return EventType.SESSION_ENDED, {"ended_at": ended_at, "runs_canceled": runs_canceled}
+def session_ended(
+    *,
+    ended_at: str,
+    runs_canceled: int,
+    ended_by: int | None = None,
+    ended_by_name: str | None = None,
+) -> Event:
+    """A session ended; by whom, when a person ended it (by name too: the log is
+    read by people who do not know user ids)."""
+    data: dict[str, Any] = {"ended_at": ended_at, "runs_canceled": runs_canceled}
+    if ended_by is not None:
+        data.update(ended_by=ended_by, ended_by_name=ended_by_name)
+    return EventType.SESSION_ENDED, data
 
 
 def session_deleted(*, session: UUID, at: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from django.db.models.functions import Cast
 
 from goaai.runtime.vocabulary import MemoryScope, choices
 from memory_app.models import MemoryEntry
+from memory_app.selectors import expired, unexpired
 
 
 class MemoryFilter(django_filters.FilterSet):
@@ -26,10 +27,25 @@ class MemoryFilter(django_filters.FilterSet):
     agent = django_filters.CharFilter()
     key = django_filters.CharFilter()
     q = django_filters.CharFilter(method="search", label="Text in the key or the value.")
+    expired = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="by_expiry",
+        label="true: only entries whose expiry has passed and that are not purged yet "
+        "(for an audit); false, the default: only live entries.",
+    )
 
     class Meta:
         model = MemoryEntry
         fields = ["scope", "session", "user", "agent", "key"]
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # Expired entries are gone for every reader; only an audit asks for them.
+        if self.form.cleaned_data.get("expired") != "true":
+            queryset = queryset.filter(unexpired())
+        return super().filter_queryset(queryset)
+
+    def by_expiry(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
+        return queryset.filter(expired()) if value == "true" else queryset
 
     def search(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
         # The value is JSON text: searching it finds words inside strings too. SQLite

@@ -6,6 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -19,16 +20,24 @@ from drf_spectacular.utils import (
 from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from goaai.access import ADDITION, CHANGE, DELETION, allowed
 from goaai.api.exceptions import VersionConflict
 from goaai.api.pagination import Cursor
-from goaai.api.views import ScopedViewSet, visible
+from goaai.api.views import ScopedViewSet
 from goaai.runtime.errors import MemoryConflict
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services
+from memory_app.access import (
+    SHARED_SCOPES,
+    may_create,
+    own_memory,
+    owner_id_of,
+    revisions_readable,
+)
 from memory_app.api.filters import MemoryFilter
 from memory_app.api.serializers import (
     MemoryCreateSerializer,
@@ -38,9 +47,7 @@ from memory_app.api.serializers import (
 )
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.selectors import memory_resolve
-from sessions_app.models import Session
-
-SHARED_SCOPES = (MemoryScope.AGENT, MemoryScope.GLOBAL)
+from sessions_app.access import sessions_readable
 
 
 class RevisionCursor(Cursor):
@@ -49,19 +56,31 @@ class RevisionCursor(Cursor):
     ordering = "version"
 
 
-def readable_by(user: Any) -> Q:
-    """Memory a user who is not staff may read: their sessions' and their own, and
-    the agent and global entries every run reads (those only staff may change)."""
-    return (
-        Q(scope=MemoryScope.SESSION, session__owner=user.pk)
-        | Q(scope=MemoryScope.USER, user=user.pk)
-        | Q(scope__in=SHARED_SCOPES)
-    )
-
-
-def _check_writable(user: Any, scope: str) -> None:
-    if scope in SHARED_SCOPES and not user.is_staff:
-        raise PermissionDenied(f"Only staff may change {scope} memory.")
+def _new_entry_owner(user: Any, data: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """Whom a new entry belongs to: its owner fields, and the user who owns it
+    (``None`` for agent and global memory)."""
+    scope = data["scope"]
+    if scope == MemoryScope.SESSION:
+        if data.get("session") is None:
+            raise ValidationError({"session": ["Session scope needs a session."]})
+        owners = sessions_readable(user).filter(pk=data["session"])
+        owner_id = owners.values_list("owner_id", flat=True).first()
+        if owner_id is None:
+            raise ValidationError({"session": ["No such session."]}, code="does_not_exist")
+        return {"session_id": data["session"]}, owner_id
+    if scope == MemoryScope.USER:
+        named = data.get("user")
+        user_id = user.pk if named is None else named
+        if not may_create(user, user_id):
+            raise ValidationError({"user": ["You can write only your own user memory."]})
+        if not get_user_model().objects.filter(pk=user_id).exists():
+            raise ValidationError({"user": ["No such user."]}, code="does_not_exist")
+        return {"user_id": user_id}, user_id
+    if scope == MemoryScope.AGENT:
+        if not data["agent"]:
+            raise ValidationError({"agent": ["Agent scope needs an agent."]})
+        return {"agent": data["agent"]}, None
+    return {}, None
 
 
 def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
@@ -85,7 +104,8 @@ def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
     list=extend_schema(
         summary="List memory entries",
         description="Your sessions' and your own entries, and the agent and global "
-        "entries runs read; staff see every entry.",
+        "entries runs read; with the `memory_app.view_memoryentry` permission, every "
+        "entry.",
     ),
     retrieve=extend_schema(summary="Get a memory entry"),
 )
@@ -94,13 +114,13 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     pagination_class = Cursor
     filterset_class = MemoryFilter
     conflict_actions = ("create", "partial_update", "destroy")
-    # Agent and global memory: only staff may change it.
+    # Agent and global memory, and other users': only with the permission.
     forbidden_actions = ("create", "partial_update", "destroy")
     ordering_fields = ["created_at"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def owner_filter(self, user: Any) -> Q:
-        return readable_by(user)
+        return own_memory(user)
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, MemoryConflict):
@@ -117,8 +137,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         summary="Create a memory entry",
         description="One entry per (scope, owner, key): an entry that exists already is "
         "a 409 showing it (change it with PATCH and its version). Session scope needs "
-        "one of your sessions; user scope is your own (staff may name a user); agent "
-        "and global scope are for staff.",
+        "one of your sessions; user scope is your own; another user's, and agent and "
+        "global scope, need the `memory_app.add_memoryentry` permission.",
         request=MemoryCreateSerializer,
         responses={201: MemoryEntrySerializer},
         examples=[
@@ -145,25 +165,10 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         data = body.validated_data
         user = request.user
         scope = data["scope"]
-        _check_writable(user, scope)
-        owner: dict[str, Any] = {}
-        if scope == MemoryScope.SESSION:
-            if data.get("session") is None:
-                raise ValidationError({"session": ["Session scope needs a session."]})
-            if not visible(Session, user, "owner").filter(pk=data["session"]).exists():
-                raise ValidationError({"session": ["No such session."]}, code="does_not_exist")
-            owner["session_id"] = data["session"]
-        elif scope == MemoryScope.USER:
-            named = data.get("user")
-            owner["user_id"] = user.pk if named is None else named
-            if owner["user_id"] != user.pk and not user.is_staff:
-                raise ValidationError({"user": ["You can write only your own user memory."]})
-            if not get_user_model().objects.filter(pk=owner["user_id"]).exists():
-                raise ValidationError({"user": ["No such user."]}, code="does_not_exist")
-        elif scope == MemoryScope.AGENT:
-            if not data["agent"]:
-                raise ValidationError({"agent": ["Agent scope needs an agent."]})
-            owner["agent"] = data["agent"]
+        if scope in SHARED_SCOPES:
+            self.require(MemoryEntry, "add", None)
+        owner, owner_id = _new_entry_owner(user, data)
+        self.require(MemoryEntry, "add", owner_id)
         entry = services.memory_store(
             key=data["key"],
             value=data["value"],
@@ -173,6 +178,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             written_by_user_id=user.pk,
             **owner,
         )
+        self.log_for_others(entry, owner_id, ADDITION, f"Stored version {entry.version}")
         return Response(MemoryEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -189,7 +195,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         entry = self.get_object()
-        _check_writable(request.user, entry.scope)
+        owner_id = owner_id_of(entry)
+        self.require(MemoryEntry, "change", owner_id)
         body = MemoryUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -203,6 +210,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             written_by_user_id=request.user.pk,
             **_owner(entry),
         )
+        self.log_for_others(updated, owner_id, CHANGE, f"Stored version {updated.version}")
         return Response(MemoryEntrySerializer(updated).data)
 
     @extend_schema(
@@ -214,22 +222,27 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     )
     def destroy(self, request: Request, pk: str) -> Response:
         entry = self.get_object()
-        _check_writable(request.user, entry.scope)
+        owner_id = owner_id_of(entry)
+        self.require(MemoryEntry, "delete", owner_id)
         raw = request.query_params.get("version")
         expected: int | None = None
         if raw is not None:
             if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < 1:
                 raise ValidationError({"version": ["A positive integer."]})
             expected = int(raw)
-        deleted = services.memory_delete(
-            key=entry.key,
-            scope=entry.scope,
-            expected_version=expected,
-            written_by_user_id=request.user.pk,
-            **_owner(entry),
-        )
-        if not deleted:
-            raise NotFound("The entry was deleted meanwhile.")
+        with transaction.atomic():
+            # Logged first, while the entry is still there to be named; a delete
+            # that finds nothing rolls the record back.
+            self.log_for_others(entry, owner_id, DELETION, f"Deleted version {entry.version}")
+            deleted = services.memory_delete(
+                key=entry.key,
+                scope=entry.scope,
+                expected_version=expected,
+                written_by_user_id=request.user.pk,
+                **_owner(entry),
+            )
+            if not deleted:
+                raise NotFound("The entry was deleted meanwhile.")
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -256,7 +269,11 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             errors["session"] = ["A session id."]
         if errors:
             raise ValidationError(errors)
-        session = get_object_or_404(visible(Session, request.user, "owner"), pk=session_id)
+        session = get_object_or_404(sessions_readable(request.user), pk=session_id)
+        # What a run reads includes its owner's user memory: someone else's session
+        # also needs the permission to read their memory.
+        if not allowed(request.user, MemoryEntry, "view", session.owner_id):
+            raise NotFound("No such session.")
         entry = memory_resolve(key=key, session_id=session.pk)
         if entry is None:
             raise NotFound(f"No entry {key!r} for this session.")
@@ -275,9 +292,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             entry_id = UUID(pk)
         except ValueError:
             raise NotFound("No such memory entry.") from None
-        revisions = MemoryRevision.objects.filter(entry_id=entry_id)
-        if not request.user.is_staff:
-            revisions = revisions.filter(readable_by(request.user))
+        revisions = revisions_readable(request.user).filter(entry_id=entry_id)
         page = self.paginate_queryset(revisions)
         # An empty first page means no revision the caller may see: no such entry.
         if not page and "cursor" not in request.query_params:

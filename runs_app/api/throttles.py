@@ -11,15 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from runs_app.api.unavailable import ServiceUnavailable
 from sessions_app.models import ApiToken
+
+# What reading or writing a counter raises when the cache cannot be reached: the
+# Redis client's errors, and the socket's for other backends.
+CACHE_ERRORS = (RedisError, OSError)
 
 
 class _RunThrottle(SimpleRateThrottle):
     def get_rate(self) -> str | None:
-        rate: str | None = settings.GOAAI_THROTTLE_RATES.get(self.scope or "")
+        # An empty rate (GOAAI_RUN_RATE_PER_TOKEN=) means no limit, as a missing one.
+        rate: str | None = settings.GOAAI_THROTTLE_RATES.get(self.scope or "") or None
         return rate
 
     def allow_request(self, request: Request, view: Any) -> bool:
@@ -41,12 +48,24 @@ class _RunThrottle(SimpleRateThrottle):
 
 
 def check_run_throttles(view: Any, request: Request, throttles: list[Any]) -> None:
-    """Refuse the request if any limit is reached; count it against all otherwise."""
-    waits = [t.wait() for t in throttles if not t.allow_request(request, view)]
+    """Refuse the request if any limit is reached; count it against all otherwise.
+
+    The counters live in the cache (Redis when there is one): while it cannot be
+    reached, :class:`ServiceUnavailable`, before anything is written. Letting runs
+    through uncounted would lift every limit for as long as Redis is away."""
+    try:
+        waits = [t.wait() for t in throttles if not t.allow_request(request, view)]
+        if not waits:
+            for throttle in throttles:
+                throttle.record()
+    except CACHE_ERRORS as exc:
+        raise ServiceUnavailable(
+            "Runs cannot be started for a moment (the rate limit counters are unavailable); "
+            "retry shortly.",
+            code="rate_limits_unavailable",
+        ) from exc
     if waits:
         view.throttled(request, max((w for w in waits if w is not None), default=None))
-    for throttle in throttles:
-        throttle.record()
 
 
 class RunCreateUserThrottle(_RunThrottle):

@@ -24,11 +24,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from goaai.access import ADDITION, CHANGE
 from goaai.api.exceptions import Conflict
 from goaai.api.pagination import Cursor, SeqPage
-from goaai.api.views import ScopedViewSet, visible
+from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
 from goaai.runtime.errors import DuplicateIdempotencyKey
+from runs_app.access import SESSION_EXPORT, canceled_by, run_owner_id
 from runs_app.api.filters import RunFilter, ToolCallFilter, TurnFilter
 from runs_app.api.serializers import (
     RunCancelSerializer,
@@ -45,12 +47,20 @@ from runs_app.api.throttles import (
     RunCreateUserThrottle,
     check_run_throttles,
 )
+from runs_app.api.unavailable import ServiceUnavailable
 from runs_app.export import session_document_stream
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.selectors import run_for_idempotency_key, runs_with_steps
+from runs_app.tasks import QueueUnavailable
+from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
+# How the admin log words a decision on a waiting run's tool call.
+DECIDED = {
+    "approve": "Approved the tool call it waited on",
+    "deny": "Denied the tool call it waited on",
+}
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -95,14 +105,15 @@ class TurnCursor(Cursor):
 
 
 class SessionScopedMixin:
-    """Views under ``/sessions/{session_id}/``: the session must be the caller's."""
+    """Views under ``/sessions/{session_id}/``: the caller must be able to read the
+    session (their own, or with the permission)."""
 
     kwargs: dict[str, Any]
 
     def session(self) -> Session:
         request: Request = self.request  # type: ignore[attr-defined]
         session: Session = get_object_or_404(
-            visible(Session, request.user, "owner"), pk=self.kwargs["session_id"]
+            sessions_readable(request.user), pk=self.kwargs["session_id"]
         )
         return session
 
@@ -171,10 +182,18 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         responses={
             201: RunSerializer,
             200: OpenApiResponse(RunSerializer, description="A replay of an Idempotency-Key."),
+            503: OpenApiResponse(
+                description="Redis (the rate limit counters or the run queue) is unavailable "
+                "for a moment: retry after `Retry-After` seconds. When the queue was, the "
+                "run is recorded and starts once it is back; a retry with the same "
+                "Idempotency-Key returns it."
+            ),
         },
     )
     def create(self, request: Request, session_id: str) -> Response:
         session = self.session()
+        # Reading someone's chat does not let one speak in it.
+        self.require(Run, "add", session.owner_id)
         body = RunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -202,7 +221,21 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
             if earlier is None:
                 raise
             return _replay(earlier, fingerprint)
+        except QueueUnavailable as lost:
+            # The run is recorded, pending: the reaper queues it once Redis is back.
+            # Taking it back instead would turn a retry with the same key into a
+            # replay of a canceled run.
+            self.log_for_others(
+                Run.objects.get(pk=lost.run_id), session.owner_id, ADDITION, "Started a run"
+            )
+            raise ServiceUnavailable(
+                f"The run queue is unavailable for a moment. Run {lost.run_id} is recorded "
+                "and starts once the queue is back; a retry with the same Idempotency-Key "
+                "returns it.",
+                code="queue_unavailable",
+            ) from lost
         run = Run.objects.get(pk=handle.run_id)
+        self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
         response["Location"] = request.build_absolute_uri(f"/api/v1/runs/{run.pk}/")
         return response
@@ -236,6 +269,15 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     def get_serializer_class(self) -> Any:
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer
 
+    def retrieve(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        # The run comes with its turns and tool calls: someone else's needs the
+        # permission to read those too.
+        owner_id = run_owner_id(run)
+        self.require(Turn, "view", owner_id)
+        self.require(ToolCall, "view", owner_id)
+        return Response(self.get_serializer(run).data)
+
     @extend_schema(
         summary="Cancel a run",
         description="A pending or waiting run is canceled at once; a running one stops "
@@ -247,11 +289,18 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request: Request, pk: str) -> Response:
         run = self.get_object()
+        owner_id = run_owner_id(run)
+        self.require(Run, "cancel", owner_id)
         body = RunCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         if run.is_terminal:
             raise Conflict(f"Run {run.pk} has ended ({run.status}).", code="run_ended")
-        rt.cancel_run(run.pk, reason=body.validated_data["reason"] or "user_requested")
+        reason = body.validated_data["reason"]
+        if owner_id != request.user.pk:
+            # The run's record says who stopped it.
+            reason = canceled_by(request.user, reason)
+        rt.cancel_run(run.pk, reason=reason or "user_requested")
+        self.log_for_others(run, owner_id, CHANGE, f"Canceled: {reason}")
         return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
 
     @extend_schema(
@@ -283,9 +332,12 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     @action(detail=True, methods=["post"], filterset_class=None)
     def respond(self, request: Request, pk: str) -> Response:
         run = self.get_object()
+        owner_id = run_owner_id(run)
+        self.require(Run, "respond", owner_id)
         body = RunRespondSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        # Who decided is recorded on the tool call and in its tool_call.decided event.
         rt.respond(
             run.pk,
             tool_call=data.get("tool_call"),
@@ -294,6 +346,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
             answer=data.get("answer"),
             user=request.user,
         )
+        what = DECIDED.get(data.get("decision", ""), "Answered the question it asked")
+        self.log_for_others(run, owner_id, CHANGE, what)
         return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
 
 
@@ -382,6 +436,10 @@ class SessionExportViewSet(ScopedViewSet):
     )
     def export(self, request: Request, pk: str) -> StreamingHttpResponse:
         session = self.get_object()
+        # The export holds the session's whole record: someone else's needs the
+        # permission to read each part.
+        for model in SESSION_EXPORT:
+            self.require(model, "view", session.owner_id)
         response = StreamingHttpResponse(
             session_document_stream(session), content_type="application/json"
         )

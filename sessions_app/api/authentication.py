@@ -6,13 +6,19 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.authentication import (
+    BaseAuthentication,
+    BasicAuthentication,
+    get_authorization_header,
+)
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.request import Request
 
+from goaai.security import LOCKED_OUT, cool_off_seconds, lockout_message
 from sessions_app.models import ApiToken
 from sessions_app.selectors import api_token_active
 from sessions_app.services import api_token_touch, token_digest
@@ -58,6 +64,25 @@ class BearerTokenAuthentication(BaseAuthentication):
         return 'Bearer realm="goaai"'
 
 
+class PasswordAuthentication(BasicAuthentication):
+    """HTTP Basic, where an account or address that guessed wrong too often is
+    locked out for a while (django-axes counts the failures): a 429 in the API's
+    error shape, with ``Retry-After``."""
+
+    def authenticate_credentials(
+        self, userid: str, password: str, request: Request | None = None
+    ) -> tuple[Any, None]:
+        try:
+            return super().authenticate_credentials(userid, password, request)
+        except AuthenticationFailed:
+            # Set by django-axes on the request it was given when it refused.
+            if getattr(request, "axes_locked_out", False):
+                raise Throttled(
+                    wait=cool_off_seconds(), detail=lockout_message(), code=LOCKED_OUT
+                ) from None
+            raise
+
+
 class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     """Describes API tokens in the OpenAPI schema."""
 
@@ -69,6 +94,22 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
             "type": "http",
             "scheme": "bearer",
             "description": "An API token from POST /api/v1/auth/tokens/.",
+        }
+
+
+class PasswordScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Describes HTTP Basic (token creation only) in the OpenAPI schema."""
+
+    target_class = PasswordAuthentication
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "basic",
+            "description": "A username and password, to create a token; after "
+            f"{settings.AXES_FAILURE_LIMIT} failures in a row an account or address is "
+            "locked out for a while (429).",
         }
 
 

@@ -64,7 +64,7 @@ class SessionUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at"]
+        fields = ["id", "name", "prefix", "parent", "created_at", "expires_at", "last_used_at"]
         read_only_fields = fields
 
 

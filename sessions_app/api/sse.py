@@ -5,7 +5,9 @@
 ``id: <seq>``, ``event: <type>``, ``data: <event JSON>``; token deltas come as
 ``event: delta`` without an id (they are not stored). ``GET
 /api/v1/sessions/stream/`` sends the caller's session-level changes. Both need an
-ASGI server (they hold the connection open) and the same credentials as the API.
+ASGI server (they hold the connection open) and the same credentials as the API,
+and end with ``event: error`` once those stop giving access, or once the session
+is deleted (see :class:`sessions_app.streams.Watcher`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from sessions_app.api.authentication import token_user
-from sessions_app.publisher import session_group, token_group, user_group
+from sessions_app.publisher import session_group, user_group
 from sessions_app.streams import (
     MAX_LIVE_GAP,
     Sequencer,
+    Watcher,
+    origin_allowed,
     parse_after,
     session_visible,
+    still_allowed,
     stored_after,
     subscribe,
 )
@@ -45,15 +50,19 @@ def _error(status: int, kind: str, code: str, detail: str, attr: str | None = No
     return response
 
 
-async def _caller(request: HttpRequest) -> tuple[Any, str | None]:
-    """The authenticated user (``None`` if none), from a Bearer token or the browser
-    session, and the group that hears of the token's revocation (if a token)."""
+async def _caller(request: HttpRequest) -> tuple[Any, Watcher | None]:
+    """The authenticated user and the credentials they came with (``None`` if
+    none), from a Bearer token or the browser session."""
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         found = await sync_to_async(token_user)(credentials.strip())
-        return (found[0], token_group(found[1].pk)) if found else (None, None)
+        if not found:
+            return None, None
+        return found[0], Watcher(user_id=found[0].pk, token_id=found[1].pk)
     user = await request.auser()
-    return (user if user.is_authenticated else None), None
+    if not user.is_authenticated:
+        return None, None
+    return user, Watcher(user_id=user.pk, browser_session=request.session.session_key)
 
 
 def _frame(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -81,29 +90,57 @@ async def _messages(channel: str) -> AsyncIterator[dict[str, Any] | None]:
 _RETRY = "retry: 2000\n\n"
 _KEEPALIVE = ": keep-alive\n\n"
 _TOKEN_REVOKED = _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
+_SIGNED_OUT = _frame("error", {"code": "signed_out", "detail": "The browser session signed out."})
+_ACCESS_REVOKED = _frame(
+    "error", {"code": "access_revoked", "detail": "The credentials no longer give access."}
+)
+_SESSION_DELETED = _frame("error", {"code": "session_deleted", "detail": "Session deleted."})
 
 
-async def _stream_caller(request: HttpRequest) -> tuple[Any, str | None] | JsonResponse:
-    """Who opens a stream and the group of their token's revocation, or the response
-    that refuses them."""
+async def _stream_caller(request: HttpRequest) -> tuple[Any, Watcher] | JsonResponse:
+    """Who opens a stream and with what credentials, or the response that refuses
+    them.
+
+    A page of another site is refused, as on the WebSocket. An ``EventSource``
+    there could not read the stream anyway (no CORS header allows it), but it
+    would hold a stream open with the user's cookie; same-origin pages send no
+    ``Origin`` on a GET, and neither do non-browser clients.
+    """
     if request.method != "GET":
         return _error(405, "client_error", "method_not_allowed", "Only GET.")
-    user, revocations = await _caller(request)
-    if user is None:
+    if not origin_allowed(request):
+        return _error(403, "client_error", "origin_not_allowed", "Open streams from this site.")
+    user, watcher = await _caller(request)
+    if user is None or watcher is None:
         return _error(401, "client_error", "not_authenticated", "Send credentials.")
-    return user, revocations
+    return user, watcher
 
 
-async def _join(layer: Any, channel: str, groups: tuple[str | None, ...]) -> None:
+async def _join(layer: Any, channel: str, groups: tuple[str, ...]) -> None:
     for group in groups:
-        if group:
-            await subscribe(layer, group, channel)
+        await subscribe(layer, group, channel)
 
 
-async def _leave(layer: Any, channel: str, groups: tuple[str | None, ...]) -> None:
+async def _leave(layer: Any, channel: str, groups: tuple[str, ...]) -> None:
     for group in groups:
-        if group:
-            await layer.group_discard(group, channel)
+        await layer.group_discard(group, channel)
+
+
+async def _access_reply(
+    message: dict[str, Any], watcher: Watcher, session_id: UUID | None = None
+) -> str | None:
+    """The frame that ends the stream, if ``message`` says its credentials or its
+    session are gone; ``None`` for any other message, or while access holds."""
+    kind = message["type"]
+    if kind == "token.revoked":
+        return _TOKEN_REVOKED
+    if kind == "access.signed_out":
+        return _SIGNED_OUT
+    if kind == "session.deleted":
+        return _SESSION_DELETED
+    if kind == "access.changed" and await still_allowed(watcher, session_id) is None:
+        return _ACCESS_REVOKED
+    return None
 
 
 def _event_frame(event: dict[str, Any]) -> str:
@@ -131,11 +168,13 @@ async def _live_frames(
     return [_event_frame(event) for event in ready], False
 
 
-async def _session_reply(sequencer: Sequencer, message: dict[str, Any]) -> tuple[list[str], bool]:
+async def _session_reply(
+    sequencer: Sequencer, watcher: Watcher, message: dict[str, Any]
+) -> tuple[list[str], bool]:
     """The frames a message of the session's group becomes, and whether the stream
     ends with them."""
-    if message["type"] == "token.revoked":
-        return [_TOKEN_REVOKED], True
+    if (last := await _access_reply(message, watcher, sequencer.session_id)) is not None:
+        return [last], True
     if message["type"] == "run.delta":
         return [_frame("delta", {k: message[k] for k in ("run", "turn", "text")})], False
     if message["type"] == "session.events":
@@ -144,14 +183,19 @@ async def _session_reply(sequencer: Sequencer, message: dict[str, Any]) -> tuple
 
 
 async def _session_frames(
-    layer: Any, channel: str, groups: tuple[str | None, ...], sequencer: Sequencer
+    layer: Any, channel: str, watcher: Watcher, sequencer: Sequencer
 ) -> AsyncIterator[str]:
+    groups = (session_group(sequencer.session_id), *watcher.groups())
     try:
         # Joined here, once the response is being sent, so that leaving is in the
         # same ``finally`` (a client gone before that never joins); still before
-        # the backlog is read, as the WebSocket does (see sessions_app.streams).
+        # the backlog is read, as the WebSocket does (see sessions_app.streams),
+        # and before access is asked again, so that no change to it is missed.
         await _join(layer, channel, groups)
         yield _RETRY
+        if await still_allowed(watcher, sequencer.session_id) is None:
+            yield _ACCESS_REVOKED
+            return
         async for frame in _stored_frames(sequencer):
             yield frame
         yield _frame("caught_up", {"seq": sequencer.last})
@@ -163,7 +207,7 @@ async def _session_frames(
                     yield frame
                 yield _KEEPALIVE
                 continue
-            frames, ended = await _session_reply(sequencer, message)
+            frames, ended = await _session_reply(sequencer, watcher, message)
             for frame in frames:
                 yield frame
             if ended:
@@ -176,7 +220,7 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
     caller = await _stream_caller(request)
     if isinstance(caller, JsonResponse):
         return caller
-    user, revocations = caller
+    user, watcher = caller
     if not await session_visible(session_id, user):
         return _error(404, "client_error", "not_found", "No such session.")
     after = parse_after(request.headers.get("Last-Event-ID") or request.GET.get("after"))
@@ -184,23 +228,24 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
         return _error(400, "validation_error", "invalid", "A non-negative integer.", attr="after")
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    groups = (session_group(session_id), revocations)
     sequencer = Sequencer(session_id=session_id, last=after)
-    return _stream(_session_frames(layer, channel, groups, sequencer))
+    return _stream(_session_frames(layer, channel, watcher, sequencer))
 
 
-async def _session_list_frames(
-    layer: Any, channel: str, groups: tuple[str | None, ...]
-) -> AsyncIterator[str]:
+async def _session_list_frames(layer: Any, channel: str, watcher: Watcher) -> AsyncIterator[str]:
+    groups = (user_group(watcher.user_id), *watcher.groups())
     try:
         await _join(layer, channel, groups)
         yield _RETRY
+        if await still_allowed(watcher) is None:
+            yield _ACCESS_REVOKED
+            return
         yield _frame("ready", {})
         async for message in _messages(channel):
             if message is None:
                 yield _KEEPALIVE
-            elif message["type"] == "token.revoked":
-                yield _TOKEN_REVOKED
+            elif (last := await _access_reply(message, watcher)) is not None:
+                yield last
                 return
             elif message["type"] == "user.change":
                 yield _frame(message["event"]["type"], message["event"])
@@ -212,8 +257,7 @@ async def session_list_stream(request: HttpRequest) -> HttpResponseBase:
     caller = await _stream_caller(request)
     if isinstance(caller, JsonResponse):
         return caller
-    user, revocations = caller
+    _, watcher = caller
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    groups = (user_group(user.pk), revocations)
-    return _stream(_session_list_frames(layer, channel, groups))
+    return _stream(_session_list_frames(layer, channel, watcher))

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
-from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
+from rest_framework.exceptions import AuthenticationFailed, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from goaai.access import CHANGE, DELETION
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
 from sessions_app import services
-from sessions_app.api.authentication import BearerTokenAuthentication
+from sessions_app.api.authentication import BearerTokenAuthentication, PasswordAuthentication
 from sessions_app.api.filters import SessionFilter
 from sessions_app.api.serializers import (
     ApiTokenCreatedSerializer,
@@ -91,14 +94,21 @@ class SessionViewSet(
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         session = self.get_object()
+        self.require(Session, "change", session.owner_id)
         body = SessionUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.session_update(session_id=session.pk, **body.validated_data)
+        changed = ", ".join(sorted(body.validated_data))
+        self.log_for_others(session, session.owner_id, CHANGE, f"Changed {changed}")
         return Response(SessionSerializer(self.base_queryset().get(pk=session.pk)).data)
 
     def destroy(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        services.session_delete(session_id=session.pk)
+        self.require(Session, "delete", session.owner_id)
+        with transaction.atomic():
+            # Logged first, while the session is still there to be named.
+            self.log_for_others(session, session.owner_id, DELETION, "Deleted")
+            services.session_delete(session_id=session.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -111,11 +121,17 @@ class SessionViewSet(
     @action(detail=True, methods=["post"])
     def end(self, request: Request, pk: str) -> Response:
         session = self.get_object()
-        rt.end_session(session.pk)
+        self.require(Session, "end", session.owner_id)
+        was_active = session.is_active
+        rt.end_session(session.pk, by=request.user.pk)
+        if was_active:
+            self.log_for_others(session, session.owner_id, CHANGE, "Ended the session")
         return Response(SessionSerializer(self.base_queryset().get(pk=session.pk)).data)
 
 
-@extend_validation_errors(["in_past"], field_name="expires_at", actions=["create"])
+@extend_validation_errors(
+    ["in_past", "after_parent_expiry"], field_name="expires_at", actions=["create"]
+)
 @extend_schema_view(
     list=extend_schema(summary="List your API tokens", description="Tokens not revoked."),
     retrieve=extend_schema(summary="Get one of your API tokens"),
@@ -126,10 +142,10 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     authentication_classes = [
         BearerTokenAuthentication,
         SessionAuthentication,
-        BasicAuthentication,
+        PasswordAuthentication,
     ]
     owner_lookup = "user"
-    staff_sees_all = False
+    others_readable = False
     serializer_class = ApiTokenSerializer
     pagination_class = Cursor
     filterset_class = None
@@ -140,7 +156,10 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     @extend_schema(
         summary="Create an API token",
         description="The response holds the token itself, shown only this once; "
-        "goaai stores a hash of it. Send it as `Authorization: Bearer <token>`.",
+        "goaai stores a hash of it. Send it as `Authorization: Bearer <token>`. "
+        "A token made with another token is its child (`parent`): revoking the "
+        "parent revokes it too, and it expires no later than the parent (without "
+        "`expires_at` it takes the parent's; a later one is a 400).",
         request=ApiTokenCreateSerializer,
         responses={201: ApiTokenCreatedSerializer},
         examples=[
@@ -154,14 +173,27 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     def create(self, request: Request) -> Response:
         body = ApiTokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        token, raw = services.api_token_create(
-            user_id=request.user.pk,  # type: ignore[arg-type]
-            **body.validated_data,
-        )
+        # A token made with a token is its child: revoked with it, expiring with it.
+        parent = request.auth if isinstance(request.auth, ApiToken) else None
+        try:
+            token, raw = services.api_token_create(
+                user_id=request.user.pk,  # type: ignore[arg-type]
+                parent=parent,
+                **body.validated_data,
+            )
+        except services.TokenOutlivesParent as exc:
+            raise ValidationError({"expires_at": [str(exc)]}, code=exc.code) from None
+        except services.TokenRevoked as exc:
+            raise AuthenticationFailed(str(exc), code=exc.code) from None
         token.token = raw  # type: ignore[attr-defined]
         return Response(ApiTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Revoke an API token", responses={204: None})
+    @extend_schema(
+        summary="Revoke an API token",
+        description="The token, and every token made with it, stop working at once; "
+        "the live streams they opened close.",
+        responses={204: None},
+    )
     def destroy(self, request: Request, pk: str) -> Response:
         token = self.get_object()
         services.api_token_revoke(token_id=token.pk)

@@ -300,7 +300,8 @@ def test_cancel_from_the_timeline(client, staff, inline_runtime, session):
     assert response["Location"] == run_url(waiting.id)
     run = Run.objects.get(pk=waiting.id)
     assert run.status == "canceled"
-    assert run.cancel_reason == "canceled by operator"
+    # The run's record names who stopped it.
+    assert run.cancel_reason == f"canceled by charlie (user {staff.pk})"
     html = client.get(run_url(waiting.id)).content.decode()
     assert "Run canceled" in html
     assert "Cancel run" not in html

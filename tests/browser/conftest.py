@@ -110,7 +110,10 @@ def _mark_log(request: pytest.FixtureRequest) -> None:
     request.node._goaai_log_start = server.log_size() if server else 0
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs its event loop in this
+# thread while it is open, and an async test after the browser tests would find a
+# loop already running.
+@pytest.fixture(scope="package")
 def playwright_browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
@@ -126,7 +129,7 @@ def playwright_browser() -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def storage_states(playwright_browser: Any, goaai_server: LiveServer) -> dict[str, Any]:
     """Signed-in cookies of alice and bob (each signs in once through the login page)."""
     states = {}
@@ -150,6 +153,18 @@ def new_context(
     """Opens browser contexts (``new_context("alice")``; ``None``: signed out) and, if
     the test failed, screenshots each of their pages before closing them."""
     contexts: list[Any] = []
+    # What Chromium reports of the Content-Security-Policy: every page must meet it.
+    violations: list[str] = []
+
+    def watch(page: Any) -> None:
+        page.on(
+            "console",
+            lambda message: (
+                violations.append(f"{page.url}: {message.text}")
+                if "Content Security Policy" in message.text
+                else None
+            ),
+        )
 
     def open_context(user: str | None = "alice", **options: Any) -> Any:
         context = playwright_browser.new_context(
@@ -159,6 +174,7 @@ def new_context(
             **options,
         )
         context.set_default_timeout(WAIT_MS)
+        context.on("page", watch)
         contexts.append(context)
         return context
 
@@ -184,6 +200,7 @@ def new_context(
                 print(f"screenshot of {page.url}: {path}")
     for context in contexts:
         context.close()
+    assert violations == [], "the pages broke their Content-Security-Policy"
 
 
 @pytest.fixture

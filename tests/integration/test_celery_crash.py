@@ -11,57 +11,25 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from celery import Celery
-from django.db import connection
 
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import ErrorKind, RunStatus, ToolCallStatus
 from runs_app.models import Run, ToolCall
 from sessions_app.models import RunEvent
 from tests.factories import SessionFactory
+from tests.integration.celery_support import ROOT, database_url, start_worker, stop_worker, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    user = s.get("USER") or "postgres"
-    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    host = f"{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}"
-    return f"postgres://{user}{password}@{host}/{s['NAME']}"
-
-
-def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "goaai", "worker", "--pool=solo", "--loglevel=INFO"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _wait_for(predicate, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"Timed out waiting for {what}. Worker log:\n{log.read_text()[-4000:]}")
 
 
 def test_a_run_survives_its_worker_being_killed(tmp_path, redis_url, owner):
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "goaai.settings",
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url(),
         "DATABASE_POOL": "0",
         "REDIS_URL": redis_url,
         "GOAAI_AGENTS": "tests.integration.crash_agent.CRASH_AGENT",
@@ -76,10 +44,10 @@ def test_a_run_survives_its_worker_being_killed(tmp_path, redis_url, owner):
     run = Run.objects.create(session=session, agent="stepper", input="do the job")
     client = Celery("goaai-test-client", broker=redis_url)
 
-    worker_a = _worker(env, log)
+    worker_a = start_worker(env, log)
     try:
         client.send_task("goaai.execute_run", args=[str(run.id)])
-        _wait_for(
+        wait_for(
             lambda: side_effects.exists() and side_effects.read_text().split() == ["1", "2"],
             60,
             "worker A to start step 2",
@@ -95,20 +63,16 @@ def test_a_run_survives_its_worker_being_killed(tmp_path, redis_url, owner):
     assert interrupted.status == ToolCallStatus.RUNNING
     (tmp_path / "release").touch()
 
-    worker_b = _worker(env, log)
+    worker_b = start_worker(env, log)
     try:
-        _wait_for(
+        wait_for(
             lambda: Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED,
             60,
             "worker B to complete the run",
             log,
         )
     finally:
-        worker_b.send_signal(signal.SIGTERM)
-        try:
-            worker_b.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker_b.kill()
+        stop_worker(worker_b)
 
     run.refresh_from_db()
     assert run.output == "steps: ok, internal, ok"

@@ -514,11 +514,19 @@ async def test_the_origin_must_be_this_site(open_socket, session, owner):
     cookie = await sync_to_async(cookie_of)(owner)
 
     for origin in ("http://evil.example", "http://localhost.evil.example", "null", "https://"):
-        socket = await open_socket(url(session), [cookie, (b"origin", origin.encode())])
+        socket = await open_socket(
+            url(session), [cookie, (b"origin", origin.encode()), (b"host", b"localhost:8000")]
+        )
 
         assert await closed_with(socket) == 4403, origin
-    for origin in ("http://localhost:8000", "http://127.0.0.1"):
-        socket = await open_socket(url(session), [cookie, (b"origin", origin.encode())])
+    # The page's origin is the one the socket's handshake names in its Host.
+    for origin, host in (
+        ("http://localhost:8000", "localhost:8000"),
+        ("http://127.0.0.1", "127.0.0.1"),
+    ):
+        socket = await open_socket(
+            url(session), [cookie, (b"origin", origin.encode()), (b"host", host.encode())]
+        )
 
         _, caught_up = await backlog(socket)
         assert caught_up == 15, origin

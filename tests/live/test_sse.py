@@ -422,14 +422,17 @@ async def test_the_user_stream_sends_the_caller_s_session_changes(
     request_stream, runtime, owner, other_user, auth
 ):
     stream, status, headers = await request_stream(LIST_PATH, headers=auth)
-    _, raw = await database_sync_to_async(api_token_create)(user_id=other_user.pk, name="bob")
-    bobs, _, _ = await request_stream(LIST_PATH, headers=bearer(raw))
     assert status == 200
     assert headers["content-type"].startswith("text/event-stream")
     assert [await stream.frame(), await stream.frame()] == [
         {"retry": "2000"},
         {"event": "ready", "data": {}},
     ]
+    # Bob's token once alice's stream is open: the test database (SQLite in memory,
+    # shared cache) fails a read of a table another connection is writing at once,
+    # where a file database waits.
+    _, raw = await database_sync_to_async(api_token_create)(user_id=other_user.pk, name="bob")
+    bobs, _, _ = await request_stream(LIST_PATH, headers=bearer(raw))
 
     session = (await database_sync_to_async(rt.create_session)(owner=owner)).id
     await database_sync_to_async(session_update)(session_id=session, title="Colours")

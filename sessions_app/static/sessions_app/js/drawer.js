@@ -86,6 +86,8 @@ function entryItem(entry) {
   );
   const edit = el("button", { type: "button", class: "button button-small button-ghost", "data-testid": "memory-edit", "aria-label": `Edit ${entry.key}` }, "Edit");
   const remove = el("button", { type: "button", class: "button button-small button-ghost danger", "data-testid": "memory-delete", "aria-label": `Delete ${entry.key}` }, "Delete");
+  edit.hidden = !config.may.memory;
+  remove.hidden = !config.may.forget;
   const actions = el("div", { class: "memory-actions" }, edit, remove);
   li.append(actions, form);
   let version = entry.version;

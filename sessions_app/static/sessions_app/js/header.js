@@ -21,7 +21,7 @@ export function setSessionStatus(status) {
   const badge = $("#session-status");
   badge.textContent = status;
   badge.className = `badge badge-${status}`;
-  $('[data-action="end-session"]').hidden = status === "ended";
+  $('[data-action="end-session"]').hidden = status === "ended" || !config.may.end;
   stateChanged();
 }
 
@@ -76,7 +76,7 @@ export function startHeader() {
     else window.alert(errorText(result, "The chat could not be ended."));
   });
 
-  $('[data-action="delete-this-session"]').addEventListener("click", async () => {
+  $('[data-action="delete-this-session"]')?.addEventListener("click", async () => {
     const ok = await confirmDialog("This chat and everything in it (runs, tool calls, what the agent remembers for it) will be deleted. This cannot be undone.", { title: "Delete this chat?", ok: "Delete" });
     if (!ok) return;
     const result = await api(`sessions/${SESSION}/`, { method: "DELETE" });

@@ -4,7 +4,7 @@
 import { api, errorText } from "./api.js";
 import { jsonBlock, reveal } from "./cards.js";
 import { el, uid } from "./dom.js";
-import { state } from "./state.js";
+import { config, state } from "./state.js";
 
 /** Shows the form in the card and opens the card; card.pending holds its state. */
 export function showPending(card, kind, question) {
@@ -76,6 +76,13 @@ export function showPending(card, kind, question) {
     if (card.pending === pending) card.pending = null;
   };
   card.pending = pending;
+  if (!config.may.respond) {
+    // Someone else's chat, read only: what the run waits for, without the controls.
+    const owner = config.session.owner.username;
+    const waitingFor = kind === "question" ? `an answer from ${owner}` : `${owner}'s decision`;
+    status.textContent = `Waiting for ${waitingFor}.`;
+    controls = el("div", { class: "read-only", "data-testid": "respond-read-only" });
+  }
   card.actionArea.replaceChildren(controls, status);
   card.actionArea.hidden = false;
   card.actionArea.dataset.respondState = "idle";
