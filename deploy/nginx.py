@@ -24,6 +24,8 @@ TEMPLATE = Path(__file__).resolve().parent / "nginx.conf.template"
 # Bodies of pages (forms, admin) up to this stay in memory; larger ones, up to the
 # page limit and never past it, are buffered in the prefix's client_body_temp.
 PAGE_BODY_BUFFER_BYTES = 1024 * 1024
+# How much more than the API's body limit nginx holds in memory for an API request.
+API_BODY_BUFFER_SLACK = 64 * 1024
 
 
 def upstreams(args: argparse.Namespace) -> list[str]:
@@ -60,6 +62,9 @@ def context(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": str(max_body),
         "api_max_body_bytes": str(api_max_body),
         "page_body_buffer": str(min(max_body, PAGE_BODY_BUFFER_BYTES)),
+        # Room past the limit: a chunked body that crosses it is refused while it is
+        # still in memory, rather than once a full buffer went to disk.
+        "api_body_buffer": str(api_max_body + API_BODY_BUFFER_SLACK),
         "static_root": Path(args.static_root).resolve() if args.static_root else None,
         "metrics_allow": args.metrics_allow or ["127.0.0.1", "::1"],
     }
