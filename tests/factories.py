@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus, WriterKind
 from memory_app.models import MemoryEntry
+from memory_app.services import memory_store
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.models import Session
 
@@ -94,3 +97,12 @@ class MemoryEntryFactory(factory.django.DjangoModelFactory):
         )
         agent_scoped = factory.Trait(scope=MemoryScope.AGENT, session=None, agent="assistant")
         global_scoped = factory.Trait(scope=MemoryScope.GLOBAL, session=None)
+
+
+def expired_memory(session, key: str, value: object = "green") -> MemoryEntry:
+    """A session memory entry written as a run writes it, whose expiry has passed."""
+    entry = memory_store(key=key, value=value, scope=MemoryScope.SESSION, session_id=session.id)
+    MemoryEntry.objects.filter(pk=entry.pk).update(
+        expires_at=timezone.now() - dt.timedelta(minutes=1)
+    )
+    return entry

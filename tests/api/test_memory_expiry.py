@@ -3,15 +3,12 @@ and a key whose entry expired can be created again."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
-from django.utils import timezone
 
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services
 from memory_app.models import MemoryEntry
-from tests.factories import SessionFactory
+from tests.factories import SessionFactory, expired_memory
 
 pytestmark = pytest.mark.django_db
 
@@ -25,13 +22,7 @@ def session(owner):
 
 
 def _expired(session, key: str = KEY, value: str = "green") -> MemoryEntry:
-    entry = services.memory_store(
-        key=key, value=value, scope=MemoryScope.SESSION, session_id=session.id
-    )
-    MemoryEntry.objects.filter(pk=entry.pk).update(
-        expires_at=timezone.now() - dt.timedelta(minutes=1)
-    )
-    return entry
+    return expired_memory(session, key, value)
 
 
 def test_the_list_hides_expired_entries_unless_asked(api, session):

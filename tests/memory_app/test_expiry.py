@@ -4,18 +4,15 @@ one, recorded as any write is."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 
 from goaai.runtime.errors import MemoryConflict
 from goaai.runtime.vocabulary import EventType, MemoryScope, WriterKind
 from memory_app import services
 from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from sessions_app.models import RunEvent
-from tests.factories import SessionFactory
+from tests.factories import SessionFactory, expired_memory
 
 pytestmark = pytest.mark.django_db
 
@@ -28,13 +25,7 @@ def session(owner):
 
 
 def _expired(session, key: str = KEY, value: str = "green") -> MemoryEntry:
-    entry = services.memory_store(
-        key=key, value=value, scope=MemoryScope.SESSION, session_id=session.id
-    )
-    MemoryEntry.objects.filter(pk=entry.pk).update(
-        expires_at=timezone.now() - dt.timedelta(minutes=1)
-    )
-    return entry
+    return expired_memory(session, key, value)
 
 
 def _history(entry_id) -> list[tuple]:
