@@ -6,8 +6,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from goaai.api.agents import AgentListView
 from memory_app.api.views import MemoryViewSet
+from runs_app.api.agents import AgentDetailView, AgentListView, AgentVersionListView
+from runs_app.api.usage import UsageViewSet
 from runs_app.api.views import (
     RunViewSet,
     SessionEventViewSet,
@@ -52,7 +53,14 @@ urlpatterns = [
         SessionExportViewSet.as_view({"get": "export"}),
         name="session-export",
     ),
+    path("usage/", UsageViewSet.as_view({"get": "report"}), name="usage"),
     path("agents/", AgentListView.as_view(), name="agents"),
+    path("agents/<str:agent_id>/", AgentDetailView.as_view(), name="agent-detail"),
+    path(
+        "agents/<str:agent_id>/versions/",
+        AgentVersionListView.as_view(),
+        name="agent-versions",
+    ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("", include(router.urls)),

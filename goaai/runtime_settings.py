@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from goaai.runtime.config import PROVIDERS, RuntimeConfig
+from goaai.runtime.config import RuntimeConfig
 
 
 def runtime_config() -> RuntimeConfig:
@@ -18,11 +18,5 @@ def runtime_config() -> RuntimeConfig:
         run_lease_seconds=settings.GOAAI_RUN_LEASE_SECONDS,
         reaper_interval=settings.GOAAI_REAPER_INTERVAL,
         label_rules=list(settings.GOAAI_LABEL_RULES),
-        providers={
-            name: {
-                "api_key": getattr(settings, f"GOAAI_{name.upper()}_API_KEY", ""),
-                "base_url": getattr(settings, f"GOAAI_{name.upper()}_BASE_URL", ""),
-            }
-            for name in PROVIDERS
-        },
+        profiles=settings.GOAAI_MODEL_PROFILES,
     )

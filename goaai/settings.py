@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from csp.constants import NONCE, NONE, SELF
@@ -237,7 +238,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout"
 # of worker threads in this process), "inline" (in the caller's thread, for scripts
 # and tests) or "celery" (a Celery worker on Redis; the default when REDIS_URL is set).
 GOAAI_EXECUTOR = env_str("GOAAI_EXECUTOR", "celery" if REDIS_URL else "thread")
-GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 4)
+# Threads of the in-process executor: each holds one run, mostly waiting on its
+# model's answer over the network, so there are many more than cores.
+GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 64)
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
@@ -247,13 +250,14 @@ GOAAI_RUN_WAIT_SECONDS = env_int("GOAAI_RUN_WAIT_SECONDS", 300)
 GOAAI_RUN_LEASE_SECONDS = env_int("GOAAI_RUN_LEASE_SECONDS", 60)
 # How often each server or worker process looks for such runs (0: never).
 GOAAI_REAPER_INTERVAL = env_int("GOAAI_REAPER_INTERVAL", 15)
-# Model providers: a key is needed only by agents using that provider (the scripted
-# model needs none). OPENAI_BASE_URL points the OpenAI client at Ollama
-# (http://localhost:11434/v1), vLLM or llama.cpp.
-GOAAI_OPENAI_API_KEY = env_str("OPENAI_API_KEY")
-GOAAI_OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
-GOAAI_ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
-GOAAI_ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
+# Model profiles: named connections to model providers; an agent's model is
+# "<profile>:<model>". The built-in profiles "openai" (OPENAI_API_KEY, and
+# OPENAI_BASE_URL for Ollama, vLLM or llama.cpp) and "anthropic" (ANTHROPIC_API_KEY,
+# ANTHROPIC_BASE_URL) are always there; GOAAI_MODEL_PROFILES (a JSON object) adds
+# more or replaces them, e.g. {"local": {"kind": "openai", "base_url":
+# "http://127.0.0.1:11434/v1", "api_key_env": "OLLAMA_API_KEY"}}. A key is needed
+# only by agents using that profile (the scripted model needs none).
+GOAAI_MODEL_PROFILES: dict[str, Any] = env_json("GOAAI_MODEL_PROFILES", {})
 # Label rules tighten the policy of runs carrying the labels in "match"
 # (goaai.runtime.policy.LabelRule). A JSON list in GOAAI_LABEL_RULES replaces these.
 GOAAI_LABEL_RULES = env_json(

@@ -33,7 +33,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -317,7 +318,7 @@ def update(
     pk: Any,
     values: dict[str, Any],
     *,
-    add: dict[str, float] | None = None,
+    add: Mapping[str, float | Decimal] | None = None,
     status_in: Sequence[str] = (),
 ) -> int:
     """Set ``values`` (by field name, adapted as each field adapts them) and add

@@ -28,15 +28,20 @@ from goaai.admin_base import (
     tool_names,
 )
 from goaai.runtime import rt
+from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES
 from runs_app import admin_timeline as timeline
+from runs_app import agent_admin  # noqa: F401  (registers the agents' admin)
 from runs_app.access import RUN_RECORD, canceled_by, may_act_on_every_run, may_read_every_record
 from runs_app.export import run_document
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import ModelPrice, Run, ToolCall, Turn
+from runs_app.price_admin import ModelPriceAdmin
 from runs_app.session_admin import SessionAdmin
+from runs_app.timeline.values import format_cost
 from sessions_app.models import RunEvent, Session
 
 admin.site.register(Session, SessionAdmin)
+admin.site.register(ModelPrice, ModelPriceAdmin)
 
 
 def _changelist_link(model: type[Model], field: str, value: object, label: str) -> str:
@@ -59,7 +64,12 @@ RUN_CSV_COLUMNS = [
     "labels",
     "input_tokens",
     "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
     "total_tokens",
+    "cost",
+    "unpriced_turns",
     "error_kind",
     "error_message",
     "parent_run_id",
@@ -80,6 +90,7 @@ class RunAdmin(ReadOnlyAdmin):
         "session_link",
         "parent_link",
         "total_tokens",
+        "cost_column",
         "duration",
         "created_at",
     ]
@@ -111,7 +122,12 @@ class RunAdmin(ReadOnlyAdmin):
         "created_by",
         "input_tokens",
         "output_tokens",
+        "cached_input_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
         "total_tokens",
+        "cost_column",
+        "unpriced_turns",
         "error_kind",
         "error_message",
         "error_retryable",
@@ -145,6 +161,12 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="Parent")
     def parent_link(self, obj: Run) -> str:
         return admin_id_link(Run, obj.parent_run_id, "parent run")
+
+    @admin.display(description="Cost", ordering="cost")
+    def cost_column(self, obj: Run) -> str:
+        # Unknown when no turn had a price; a run partly priced shows what is known
+        # (its unpriced turns are counted on its page).
+        return format_cost(known_cost(obj.cost, obj.unpriced_turns))
 
     @admin.display(description="Duration")
     def duration(self, obj: Run) -> str:
@@ -237,10 +259,13 @@ class TurnAdmin(ReadOnlyAdmin):
         "model",
         "input_tokens",
         "output_tokens",
+        "cost_column",
+        "finish_reason",
+        "retries",
         "latency_ms",
         "started_at",
     ]
-    list_filter = ["model", *date_range_filters("started_at", "started")]
+    list_filter = ["model", "finish_reason", *date_range_filters("started_at", "started")]
     search_fields = ["=id", "=run__id", "response_text"]
     ordering = ["-started_at"]
     fields = (
@@ -248,11 +273,19 @@ class TurnAdmin(ReadOnlyAdmin):
         "run_link",
         "index",
         "model",
+        "response_model",
         "request_messages",
         "response_text",
         "response_tool_calls",
+        "finish_reason",
+        "reasoning",
         "input_tokens",
         "output_tokens",
+        "cached_input_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "cost_column",
+        "retries",
         "latency_ms",
         "started_at",
         "ended_at",
@@ -262,6 +295,10 @@ class TurnAdmin(ReadOnlyAdmin):
     @admin.display(description="Run")
     def run_link(self, obj: Turn) -> str:
         return admin_id_link(Run, obj.run_id)
+
+    @admin.display(description="Cost", ordering="cost")
+    def cost_column(self, obj: Turn) -> str:
+        return format_cost(obj.cost)
 
 
 @admin.register(ToolCall)

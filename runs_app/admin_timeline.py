@@ -164,7 +164,7 @@ def session_timeline(request: HttpRequest, session_id: UUID) -> HttpResponse:
 
 _PAYLOAD_FIELDS: dict[str, frozenset[str]] = {
     "event": frozenset({"data"}),
-    "turn": frozenset({"request_messages", "response", "usage"}),
+    "turn": frozenset({"request_messages", "response", "reasoning", "usage"}),
     "tool_call": frozenset({"arguments", "result", "error"}),
     "run": frozenset({"input", "output", "labels", "metadata", "policy", "error", "awaiting"}),
 }

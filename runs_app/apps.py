@@ -10,9 +10,27 @@ class RunsAppConfig(AppConfig):
     def ready(self) -> None:
         # The runtime is plain Python; this is where goaai's Django project wires it
         # in: its config from the settings, the ORM store, and Celery as an executor.
+        from django.core.exceptions import ImproperlyConfigured
+
+        from goaai.model_limits import model_limits
         from goaai.runtime import rt
+        from goaai.runtime.agents import check_agents
+        from goaai.runtime.config import ConfigError
         from goaai.runtime_settings import runtime_config
+        from runs_app.agents import DatabaseAgents
         from runs_app.store import OrmRunStore
         from runs_app.tasks import CeleryExecutor
 
-        rt.install(config=runtime_config, store=OrmRunStore, executors={"celery": CeleryExecutor})
+        # A bad model profile or agent stops the process here, with its name, not
+        # with errors on the first run that needs it.
+        try:
+            check_agents(runtime_config())
+        except ConfigError as exc:
+            raise ImproperlyConfigured(f"goaai cannot start: {exc}") from exc
+        rt.install(
+            config=runtime_config,
+            store=OrmRunStore,
+            executors={"celery": CeleryExecutor},
+            limits=model_limits,
+            agents=DatabaseAgents(),
+        )

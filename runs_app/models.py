@@ -7,12 +7,14 @@ These rows are the audit record of what an agent did. They are written only by
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 
 from goaai.runtime.vocabulary import (
     ErrorKind,
+    FinishReason,
     RunStatus,
     ToolCallStatus,
     choices,
@@ -23,6 +25,84 @@ ERROR_KIND_CHOICES = choices(ErrorKind)
 DECISION_CHOICES = [("approved", "Approved"), ("denied", "Denied"), ("answered", "Answered")]
 
 
+class AgentDefinition(models.Model):
+    """An agent kept as data: created and edited by staff in the admin or the API,
+    beside the agents declared in code. Each change is a new :class:`AgentVersion`;
+    this row is the current one, ``version`` its number."""
+
+    agent = models.CharField(max_length=100, unique=True, help_text="The agent's id.")
+    description = models.TextField(blank=True)
+    model = models.CharField(
+        max_length=300, default="scripted", help_text="scripted or <profile>:<model>."
+    )
+    system_prompt = models.TextField(blank=True)
+    toolsets = models.JSONField(default=list, blank=True)
+    delegates = models.JSONField(default=list, blank=True, help_text="Agents it may call.")
+    policy = models.JSONField(default=dict, blank=True)
+    model_settings = models.JSONField(default=dict, blank=True)
+    version = models.PositiveIntegerField(default=0, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agent"]
+        verbose_name = "agent"
+
+    def __str__(self) -> str:
+        return f"{self.agent} (version {self.version})"
+
+    def as_definition(self) -> dict[str, Any]:
+        """The agent as the runtime reads it (``Agent.from_dict``)."""
+        return {
+            "id": self.agent,
+            "description": self.description,
+            "model": self.model,
+            "system_prompt": self.system_prompt,
+            "toolsets": self.toolsets,
+            "delegates": self.delegates,
+            "policy": self.policy,
+            "model_settings": self.model_settings,
+        }
+
+
+class AgentVersion(models.Model):
+    """One version of an agent, as runs executed it; never changed once written.
+
+    An agent in code gets a version the first time a run executes it as it is
+    (``source`` code), an agent kept as data one at each change (``source`` data).
+    """
+
+    SOURCES = [("code", "Code"), ("data", "Admin or API")]
+
+    agent = models.CharField(max_length=100)
+    number = models.PositiveIntegerField()
+    source = models.CharField(max_length=8, choices=SOURCES)
+    definition = models.JSONField()
+    fingerprint = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "number"], name="agentversion_unique_number"),
+        ]
+        indexes = [
+            models.Index(fields=["agent", "fingerprint"], name="agentversion_fingerprint"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} version {self.number}"
+
+
 class Run(models.Model):
     """One execution of an agent, started by one user message."""
 
@@ -31,6 +111,12 @@ class Run(models.Model):
         "sessions_app.Session", on_delete=models.CASCADE, related_name="runs"
     )
     agent = models.CharField(max_length=100)
+    # The version of the agent the run executes (audit: which prompt and settings
+    # produced this answer), and its number.
+    agent_version = models.ForeignKey(
+        AgentVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    agent_version_number = models.PositiveIntegerField(null=True, blank=True)
     input = models.TextField()
     output = models.TextField(blank=True)
     status = models.CharField(max_length=20, choices=choices(RunStatus), default=RunStatus.PENDING)
@@ -53,9 +139,20 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # The tokens of every turn, each kind apart (see goaai.runtime.types.Usage):
+    # input at the full price, output, prompt cache reads and writes, and the part
+    # of the output spent reasoning. total_tokens is input, cache and output.
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    # What the run's turns cost, in US dollars, by the prices in force when each
+    # was recorded; turns of a model without a price add nothing here and are
+    # counted in unpriced_turns.
+    cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    unpriced_turns = models.PositiveIntegerField(default=0)
     error_kind = models.CharField(max_length=32, choices=ERROR_KIND_CHOICES, blank=True)
     error_message = models.TextField(blank=True)
     error_retryable = models.BooleanField(default=False)
@@ -141,12 +238,29 @@ class Turn(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turns")
     index = models.PositiveIntegerField()
+    # The model asked, as the agent names it ("<profile>:<model>"), and the model
+    # that answered, as the provider names it (often a dated version).
     model = models.CharField(max_length=200, blank=True)
+    response_model = models.CharField(max_length=200, blank=True)
     request_messages = models.JSONField(default=list, blank=True)
     response_text = models.TextField(blank=True)
     response_tool_calls = models.JSONField(default=list, blank=True)
+    # Why the model stopped; "length" is a reply cut off by the output limit.
+    finish_reason = models.CharField(max_length=20, choices=choices(FinishReason), blank=True)
+    # The thinking the model showed, and the provider's own reasoning items that
+    # go back to it with the conversation (signed thinking blocks).
+    reasoning = models.TextField(blank=True)
+    reasoning_state = models.JSONField(default=list, blank=True)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    # In US dollars, by the price in force when the turn was recorded; null when
+    # the model has no price.
+    cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    # How many times the model was asked again after a retryable error.
+    retries = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -226,3 +340,73 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+
+class ModelPrice(models.Model):
+    """What a model of a profile costs, in US dollars per million tokens of each
+    kind, from a moment on. A turn's cost is computed with the price in force when
+    it is recorded and stored with it: a later price changes no history."""
+
+    profile = models.CharField(max_length=64, help_text="The model profile, e.g. openai.")
+    model = models.CharField(
+        max_length=200, help_text="The model as agents name it after the profile, e.g. gpt-4.1."
+    )
+    effective_from = models.DateTimeField(help_text="Turns recorded from this moment on.")
+    input_per_million = models.DecimalField(max_digits=12, decimal_places=6)
+    output_per_million = models.DecimalField(max_digits=12, decimal_places=6)
+    cached_input_per_million = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Prompt tokens read from the cache; blank: the input price.",
+    )
+    cache_write_per_million = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Prompt tokens written to the cache; blank: the input price.",
+    )
+    reasoning_per_million = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Output tokens spent reasoning; blank: the output price.",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["profile", "model", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["profile", "model", "effective_from"], name="modelprice_unique_start"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(input_per_million__gte=0, output_per_million__gte=0)
+                & (
+                    models.Q(cached_input_per_million__isnull=True)
+                    | models.Q(cached_input_per_million__gte=0)
+                )
+                & (
+                    models.Q(cache_write_per_million__isnull=True)
+                    | models.Q(cache_write_per_million__gte=0)
+                )
+                & (
+                    models.Q(reasoning_per_million__isnull=True)
+                    | models.Q(reasoning_per_million__gte=0)
+                ),
+                name="modelprice_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile}:{self.model} from {self.effective_from:%Y-%m-%d}"

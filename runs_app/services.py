@@ -29,18 +29,21 @@ from goaai.runtime.errors import (
     SessionEnded,
 )
 from goaai.runtime.policy import Decision
+from goaai.runtime.types import USAGE_KINDS, Usage, known_cost
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
     OPEN_TOOL_CALL_STATUSES,
     AwaitingKind,
     ErrorKind,
+    FinishReason,
     RunStatus,
     SessionStatus,
     ToolCallStatus,
     sources_of,
 )
+from runs_app import pricing
 from runs_app.metrics import observe_model_latency
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import AgentVersion, Run, ToolCall, Turn
 from sessions_app.eventlog import EventBatch, recording
 
 # Runs
@@ -60,11 +63,13 @@ def run_create(
     idempotency_key: str | None = None,
     fingerprint: str = "",
     policy_decisions: list[Decision] | None = None,
+    agent_version: AgentVersion | None = None,
 ) -> Run:
     """Create a pending run in an active session (:class:`SessionEnded` otherwise).
 
     ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
-    as a ``policy.decision`` event of the new run.
+    as a ``policy.decision`` event of the new run. ``agent_version`` is the version
+    of the agent it executes (see :mod:`runs_app.agents`).
     """
     decisions = policy_decisions or []
     linked = parent_run_id is not None
@@ -83,6 +88,8 @@ def run_create(
             parent_tool_call_id=parent_tool_call_id,
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint,
+            agent_version=agent_version,
+            agent_version_number=agent_version.number if agent_version else None,
         )
         try:
             sql.insert(run)
@@ -169,7 +176,9 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             status=status,
             output=run.output,
             usage=payloads.usage_totals(
-                input_tokens=run.input_tokens, output_tokens=run.output_tokens
+                Usage.of(run),
+                known_cost(run.cost, run.unpriced_turns),
+                run.unpriced_turns,
             ),
             error_kind=run.error_kind,
             error_message=run.error_message,
@@ -542,27 +551,39 @@ def turn_complete(
     turn_id: UUID,
     text: str,
     tool_calls: list[dict[str, Any]],
-    input_tokens: int,
-    output_tokens: int,
+    usage: Usage,
     latency_ms: int,
     model: str = "",
+    finish_reason: str = FinishReason.STOP,
+    reasoning: str = "",
+    reasoning_state: list[dict[str, Any]] | None = None,
+    retries: int = 0,
 ) -> None:
-    """Record the model's reply to a turn and add its token usage to the run's."""
+    """Record the model's reply to a turn, and add its token usage and its cost (at
+    the price in force now, see :mod:`runs_app.pricing`) to the run's."""
     with recording(turn_id, of=Turn, expect=3 if text else 2, read=_TURN_READ) as batch:
         turn = _turn(batch)
         run_id = turn.run_id
-        model = model or turn.model
+        cost = pricing.turn_cost(turn.model, usage, batch.now)
         sql.update(
             Turn,
             turn_id,
             {
                 "response_text": text,
                 "response_tool_calls": tool_calls,
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
+                "response_model": model,
+                "finish_reason": finish_reason,
+                "reasoning": reasoning,
+                "reasoning_state": reasoning_state or [],
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cached_input_tokens": usage.cached_input_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "reasoning_tokens": usage.reasoning_tokens,
+                "cost": cost,
+                "retries": retries,
                 "latency_ms": latency_ms,
                 "ended_at": batch.now,
-                "model": model,
             },
         )
         sql.update(
@@ -570,24 +591,44 @@ def turn_complete(
             run_id,
             {},
             add={
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "total_tokens": input_tokens + output_tokens,
+                **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
+                "total_tokens": usage.total_tokens,
+                "cost": cost or 0,
+                "unpriced_turns": 0 if cost is not None else 1,
             },
         )
         batch.add(
             *payloads.turn_completed(
-                turn=turn_id, index=turn.position, tool_calls=len(tool_calls), latency_ms=latency_ms
+                turn=turn_id,
+                index=turn.position,
+                tool_calls=len(tool_calls),
+                latency_ms=latency_ms,
+                finish_reason=finish_reason,
             ),
             run_id=run_id,
         )
         if text:
             batch.add(*payloads.message_completed(turn=turn_id, text=text), run_id=run_id)
+        batch.add(*payloads.usage(turn=turn_id, used=usage, cost=cost), run_id=run_id)
+    observe_model_latency(model=model or turn.model, latency_ms=latency_ms)
+
+
+def model_retry_record(
+    *, turn_id: UUID, attempt: int, error_kind: str, message: str, delay_seconds: float
+) -> None:
+    """Record that a turn's model call failed, retryably, and is asked again."""
+    with recording(turn_id, of=Turn, expect=1, read=_TURN_READ) as batch:
+        turn = _turn(batch)
         batch.add(
-            *payloads.usage(turn=turn_id, input_tokens=input_tokens, output_tokens=output_tokens),
-            run_id=run_id,
+            *payloads.model_retry(
+                turn=turn_id,
+                attempt=attempt,
+                error_kind=error_kind,
+                message=message,
+                delay_seconds=delay_seconds,
+            ),
+            run_id=turn.run_id,
         )
-    observe_model_latency(model=model, latency_ms=latency_ms)
 
 
 # Tool calls

@@ -23,14 +23,17 @@ from goaai.admin_base import (
     owner_filter,
     related_count,
 )
+from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import SessionStatus
 from runs_app import admin_timeline as timeline
 from runs_app.access import SESSION_EXPORT, may_read_every_record
 from runs_app.export import session_document
 from runs_app.models import Run
 from runs_app.sessions import session_end
+from runs_app.timeline.values import format_cost, format_tokens
 from sessions_app.access import may_act_on_every
 from sessions_app.models import Session
+from sessions_app.selectors import session_run_totals, sessions_with_usage
 from sessions_app.services import session_delete
 
 
@@ -42,6 +45,7 @@ class SessionAdmin(ReadOnlyAdmin):
         "agent",
         "status",
         "run_count",
+        "cost",
         "last_event_seq",
         "created_at",
         "ended_at",
@@ -66,6 +70,8 @@ class SessionAdmin(ReadOnlyAdmin):
         "metadata",
         "status",
         "last_event_seq",
+        "usage",
+        "cost",
         "created_at",
         "updated_at",
         "ended_at",
@@ -76,12 +82,35 @@ class SessionAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
         # A correlated count: the database computes it for the page's rows only,
         # where a join with GROUP BY would aggregate every run of every session.
+        # The cost is two more, of the same kind.
         sessions: QuerySet[Session] = super().get_queryset(request)
+        sessions = sessions_with_usage(sessions, fields=("cost", "unpriced_turns"))
         return sessions.annotate(_runs=related_count(Run, "session"))
 
     @admin.display(description="Runs", ordering="_runs")
     def run_count(self, obj: Session) -> int:
         return int(getattr(obj, "_runs", None) or 0)
+
+    @admin.display(description="Total cost", ordering="runs_cost")
+    def cost(self, obj: Session) -> str:
+        totals = session_run_totals(obj, fields=("cost", "unpriced_turns"))
+        return format_cost(known_cost(totals["cost"], totals["unpriced_turns"]))
+
+    @admin.display(description="Tokens of its runs")
+    def usage(self, obj: Session) -> str:
+        totals = session_run_totals(obj)
+        parts = [
+            f"{format_tokens(totals['input_tokens'])} in",
+            f"{format_tokens(totals['cached_input_tokens'])} cached",
+            f"{format_tokens(totals['cache_write_tokens'])} written to the cache",
+            f"{format_tokens(totals['output_tokens'])} out "
+            f"({format_tokens(totals['reasoning_tokens'])} reasoning)",
+            f"{format_tokens(totals['total_tokens'])} total",
+        ]
+        unpriced = totals["unpriced_turns"]
+        if unpriced:
+            parts.append(f"{unpriced} turn(s) without a price")
+        return " · ".join(parts)
 
     @admin.display(description="Timeline")
     def timeline(self, obj: Session) -> str:
@@ -132,7 +161,7 @@ class SessionAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Export selected sessions as JSON", permissions=["export"])
     def export_json(self, request: HttpRequest, queryset: QuerySet[Session]) -> HttpResponse:
-        sessions = queryset.select_related("owner").order_by("created_at")
+        sessions = sessions_with_usage(queryset.select_related("owner")).order_by("created_at")
         documents = [session_document(session) for session in sessions]
         return json_download(
             "sessions.json", {"format": "goaai.sessions.v1", "sessions": documents}

@@ -33,8 +33,8 @@ from goaai.runtime.vocabulary import AwaitingKind, RunStatus
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
-from runs_app import selectors, services
-from runs_app.models import Run, Turn
+from runs_app import agents, selectors, services
+from runs_app.models import AgentVersion, Run, Turn
 from runs_app.sessions import session_end
 from sessions_app import services as session_services
 from sessions_app.publisher import publish_delta
@@ -53,7 +53,15 @@ def _turn_state(turn: Turn) -> TurnState:
         response_text=turn.response_text,
         response_tool_calls=tuple(ToolCallRequest.from_dict(c) for c in turn.response_tool_calls),
         tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
+        finish_reason=turn.finish_reason,
+        reasoning_state=tuple(turn.reasoning_state),
     )
+
+
+def _version(agent: str, definition: dict[str, Any] | None) -> AgentVersion | None:
+    if definition is None:
+        return None
+    return agents.version_for(definition)
 
 
 class OrmRunStore:
@@ -91,8 +99,10 @@ class OrmRunStore:
         created_by_id: int | None = None,
         idempotency_key: str | None = None,
         fingerprint: str = "",
+        definition: dict[str, Any] | None = None,
     ) -> RunInfo:
         run = services.run_create(
+            agent_version=_version(agent, definition),
             session_id=session_id,
             agent=agent,
             input=input,
@@ -142,11 +152,13 @@ class OrmRunStore:
         labels: dict[str, str],
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
+        definition: dict[str, Any] | None = None,
     ) -> RunInfo:
         session_id = Run.objects.filter(pk=parent_run_id).values_list("session_id", flat=True)
         if not session_id:
             raise NotFound(f"No run {parent_run_id}.")
         run = services.run_create(
+            agent_version=_version(agent, definition),
             session_id=session_id[0],
             agent=agent,
             input=input,
@@ -198,6 +210,13 @@ class OrmRunStore:
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
             depth=selectors.run_depth(run=run) if run.parent_run_id else 0,
+            definition=(
+                AgentVersion.objects.filter(pk=run.agent_version_id)
+                .values_list("definition", flat=True)
+                .first()
+                if run.agent_version_id
+                else None
+            ),
         )
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
@@ -227,15 +246,37 @@ class OrmRunStore:
         )
         return turn.id
 
-    def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
+    def complete_turn(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> None:
         services.turn_complete(
             turn_id=turn_id,
             text=reply.text,
             tool_calls=[call.as_dict() for call in reply.tool_calls],
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
+            usage=reply.usage,
             latency_ms=latency_ms,
             model=reply.model,
+            finish_reason=reply.finish_reason,
+            reasoning=reply.reasoning,
+            reasoning_state=[dict(item) for item in reply.reasoning_state],
+            retries=retries,
+        )
+
+    def model_retry(
+        self,
+        *,
+        turn_id: UUID,
+        attempt: int,
+        error_kind: str,
+        message: str,
+        delay_seconds: float,
+    ) -> None:
+        services.model_retry_record(
+            turn_id=turn_id,
+            attempt=attempt,
+            error_kind=error_kind,
+            message=message,
+            delay_seconds=delay_seconds,
         )
 
     def restart_turn(self, *, turn_id: UUID) -> None:

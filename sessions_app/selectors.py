@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
-from django.db.models import Q
+from django.db.models import (
+    BigIntegerField,
+    DecimalField,
+    Field,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
+from goaai.runtime.types import USAGE_KINDS
 from sessions_app.models import ApiToken, Session
+
+# What a session's runs add up to: each token kind, the total, the cost and the
+# turns without a price (the fields of a run with these names).
+RUN_TOTALS = (*USAGE_KINDS, "total_tokens", "cost", "unpriced_turns")
 
 _OWNERS: dict[UUID, tuple[int, str]] = {}
 _OWNERS_LIMIT = 8192
@@ -48,4 +65,50 @@ def api_token_active(*, digest: str) -> ApiToken | None:
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()), digest=digest)
         .filter(revoked_at__isnull=True, user__is_active=True)
         .first()
+    )
+
+
+def _total_field(name: str) -> Field[Any, Any]:
+    if name == "cost":
+        return DecimalField(max_digits=20, decimal_places=10)
+    return BigIntegerField()
+
+
+def _sum_of_runs(name: str) -> Coalesce:
+    """The sum of ``name`` over the outer session's runs, as a correlated subquery
+    (0 for a session without runs)."""
+    output = _total_field(name)
+    sums = (
+        Session.objects.filter(pk=OuterRef("pk"))
+        .order_by()
+        .values("pk")
+        .annotate(total=Sum(f"runs__{name}"))
+        .values("total")
+    )
+    return Coalesce(Subquery(sums, output_field=output), Value(0), output_field=output)
+
+
+def sessions_with_usage(
+    sessions: QuerySet[Session], fields: tuple[str, ...] = RUN_TOTALS
+) -> QuerySet[Session]:
+    """``sessions`` with what their runs (child runs included) add up to, as
+    ``runs_<field>`` for each of ``fields`` (:data:`RUN_TOTALS` by default). Each is
+    a correlated subquery: the database computes it for the rows a page shows,
+    where a join with GROUP BY would add up every run of every session the filter
+    lets through first."""
+    return sessions.annotate(**{f"runs_{name}": _sum_of_runs(name) for name in fields})
+
+
+def session_run_totals(session: Session, fields: tuple[str, ...] = RUN_TOTALS) -> dict[str, Any]:
+    """What a session's runs add up to, for each of ``fields``: read from the
+    annotations of :func:`sessions_with_usage`, else in one query."""
+    if all(hasattr(session, f"runs_{name}") for name in fields):
+        return {name: getattr(session, f"runs_{name}") for name in fields}
+    return dict(
+        Session.objects.filter(pk=session.pk).aggregate(
+            **{
+                name: Coalesce(Sum(f"runs__{name}"), Value(0), output_field=_total_field(name))
+                for name in fields
+            }
+        )
     )

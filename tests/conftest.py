@@ -13,7 +13,7 @@ import os
 import pytest
 from django.db import connection
 
-from goaai.runtime import rt
+from goaai.runtime import retry, rt
 from tests.factories import UserFactory
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
@@ -42,6 +42,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif "redis" in item.keywords and redis_missing and not in_ci:
             # In CI a missing Redis must fail the test, so it is not skipped there.
             item.add_marker(pytest.mark.skip(reason=f"needs Redis at {REDIS_TEST_URL}"))
+
+
+@pytest.fixture(autouse=True)
+def _quick_model_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retried model call waits milliseconds in tests, not seconds (the schedule
+    itself is checked on a fake clock in tests/runtime_core/test_model_retries.py)."""
+    monkeypatch.setattr(retry, "FIRST_BACKOFF_SECONDS", 0.001)
+    monkeypatch.setattr(retry, "MAX_BACKOFF_SECONDS", 0.004)
 
 
 @pytest.fixture

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
+from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus, WriterKind
 from memory_app.models import MemoryEntry
 from memory_app.services import memory_store
-from runs_app.models import Run, ToolCall, Turn
+from runs_app import services
+from runs_app.models import ModelPrice, Run, ToolCall, Turn
 from sessions_app.models import Session
 
 
@@ -74,6 +78,40 @@ class ToolCallFactory(factory.django.DjangoModelFactory):
     arguments = factory.LazyFunction(lambda: {"expression": "1+1"})
     status = ToolCallStatus.SUCCEEDED
     result = factory.LazyFunction(lambda: {"value": 2})
+
+
+class ModelPriceFactory(factory.django.DjangoModelFactory):
+    """A price in force since a day ago: $2 per million input tokens, $8 output."""
+
+    class Meta:
+        model = ModelPrice
+
+    profile = "openai"
+    model = "gpt-4.1"
+    effective_from = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(days=1))
+    input_per_million = Decimal("2")
+    output_per_million = Decimal("8")
+
+
+def recorded_turn(
+    run: Run,
+    index: int,
+    usage: Usage,
+    *,
+    model: str = "openai:gpt-4.1",
+    response_model: str = "",
+    **reply: Any,
+) -> Turn:
+    """A turn of ``run`` asking ``model`` (``<profile>:<model>``), started and
+    answered as the turn loop records them: the services price it and add it to the
+    run. ``response_model`` is the model the provider says answered; ``reply`` goes
+    to ``turn_complete`` (``text``, ``finish_reason``, ``reasoning``, ``retries``…)."""
+    turn = services.turn_start(run_id=run.id, index=index, model=model, request_messages=[])
+    reply.setdefault("text", f"answer {index}")
+    reply.setdefault("tool_calls", [])
+    reply.setdefault("latency_ms", 10)
+    services.turn_complete(turn_id=turn.id, usage=usage, model=response_model, **reply)
+    return Turn.objects.get(pk=turn.id)
 
 
 class MemoryEntryFactory(factory.django.DjangoModelFactory):

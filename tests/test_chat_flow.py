@@ -143,6 +143,8 @@ def test_remember_then_recall_then_end_the_session(inline_runtime, owner):
         answer=RECALLED,
     )
     assert [(m["role"], m["content"]) for m in turn2.request_messages[1:]] == [
+        # What the agent remembers, after its prompt.
+        ("system", "What you remember that applies here:\n- favourite colour: green (session)"),
         ("user", "remember my favourite colour is green"),
         ("assistant", REMEMBERED),
         ("user", "what is my favourite colour?"),
@@ -181,7 +183,13 @@ def test_remember_then_recall_then_end_the_session(inline_runtime, owner):
         "usage": {
             "input_tokens": run1.input_tokens,
             "output_tokens": run1.output_tokens,
+            "cached_input_tokens": 0,
+            "cache_write_tokens": 0,
+            "reasoning_tokens": 0,
             "total_tokens": run1.total_tokens,
+            # The scripted model has no price.
+            "cost": None,
+            "unpriced_turns": 2,
         },
     }
     assert by_type[(run1.id, E.MEMORY_STORED)]["entry"] == str(entry.pk)

@@ -3,7 +3,8 @@
 drf-standardized-errors describes the errors DRF itself raises (400, 401, 403, 404,
 405, 406, 415, 429, 500); goaai adds the two of its own: 409 for conflicts on the
 operations that can have them (views list them in ``conflict_actions``), 403 for
-the ones refused to some callers (``forbidden_actions``), 413 for every operation
+the ones refused to some callers (``forbidden_actions``, or ``forbidden_methods``
+of a plain view), 413 for every operation
 that takes a body, and parse errors for malformed JSON.
 """
 
@@ -67,6 +68,10 @@ class GoaaiAutoSchema(AutoSchema):
             return self.method in ("POST", "PUT", "PATCH")
         if status_code == "403" and getattr(self.view, "action", None) in getattr(
             self.view, "forbidden_actions", ()
+        ):
+            return True
+        if status_code == "403" and self.method.lower() in getattr(
+            self.view, "forbidden_methods", ()
         ):
             return True
         return bool(super()._should_add_error_response(responses, status_code))

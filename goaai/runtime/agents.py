@@ -1,17 +1,27 @@
-"""Agents are declared in code: what model they use, what they may do, and how far.
+"""Agents: what model they use, what they may do, and how far.
 
-A deployment may add agents: its config's ``agents`` lists dotted paths to :class:`Agent`
-objects, which join the ones shipped here.
+Agents are declared in code (the ones shipped here, and dotted paths to
+:class:`Agent` objects in the config's ``agents``) or kept as data by the
+deployment (goaai's admin and API, where each change is a new version): an
+:class:`AgentSource` the registry asks for ids it does not know. An agent is also a
+plain dict (:meth:`Agent.as_dict`), which is how a run records the definition it ran
+with, and how data agents are stored.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from goaai.runtime.config import import_string
+from goaai.runtime.config import ConfigError, RuntimeConfig, import_string
 from goaai.runtime.errors import UnknownAgent
+from goaai.runtime.models import ModelSettings, check_model
+from goaai.runtime.models.base import MODEL_SETTING_NAMES, REASONING_EFFORTS
 from goaai.runtime.policy import Policy
-from goaai.runtime.tools import tools_for
+from goaai.runtime.tools import TOOLSETS, tools_for
 from goaai.runtime.tools.agents import agent_tool
 from goaai.runtime.tools.base import Tool
 
@@ -26,6 +36,167 @@ class Agent:
     policy: Policy = field(default_factory=Policy)
     # Other agents this one may call as tools (each becomes a tool ``ask_<id>``).
     delegates: tuple[str, ...] = ()
+    # How the model is called: temperature, output limit, reasoning effort, timeout
+    # and the retry budget.
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The definition as JSON holds it (what a run records it ran with)."""
+        return {
+            "id": self.id,
+            "description": self.description,
+            "model": self.model,
+            "system_prompt": self.system_prompt,
+            "toolsets": list(self.toolsets),
+            "delegates": list(self.delegates),
+            "policy": self.policy.as_dict(),
+            "model_settings": self.model_settings.as_dict(),
+        }
+
+    def fingerprint(self) -> str:
+        """A digest of the definition: equal for equal definitions."""
+        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Agent:
+        """An agent from its definition; :class:`ConfigError` naming the first field
+        that is wrong (the toolsets must exist; models and delegates are checked
+        against a config by :func:`check_agent`)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError("An agent definition must be an object.")
+        unknown = sorted(set(data) - _DEFINITION_FIELDS)
+        if unknown:
+            raise ConfigError(f"Unknown agent field {', '.join(map(repr, unknown))}.")
+        agent_id = data.get("id")
+        if not isinstance(agent_id, str) or not _valid_id(agent_id):
+            raise ConfigError(
+                "id: letters, digits, '-' and '_', starting with a letter or digit "
+                "(at most 100 characters)."
+            )
+        return cls(
+            id=agent_id,
+            description=_text(data, "description"),
+            model=_text(data, "model", "scripted") or "scripted",
+            system_prompt=_text(data, "system_prompt"),
+            toolsets=_toolsets(data.get("toolsets", [])),
+            delegates=_names(data.get("delegates", []), "delegates"),
+            policy=_policy(data.get("policy", {})),
+            model_settings=_model_settings(data.get("model_settings", {})),
+        )
+
+
+_DEFINITION_FIELDS = {
+    "id",
+    "description",
+    "model",
+    "system_prompt",
+    "toolsets",
+    "delegates",
+    "policy",
+    "model_settings",
+}
+_MAX_PROMPT = 100_000
+
+
+def _valid_id(value: str) -> bool:
+    return (
+        0 < len(value) <= 100
+        and value[0].isascii()
+        and value[0].isalnum()
+        and all(c.isascii() and (c.isalnum() or c in "-_") for c in value)
+    )
+
+
+def _text(data: Mapping[str, Any], name: str, default: str = "") -> str:
+    value = data.get(name, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}: must be text.")
+    if len(value) > _MAX_PROMPT:
+        raise ConfigError(f"{name}: at most {_MAX_PROMPT} characters.")
+    return value
+
+
+def _names(value: Any, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{name}: must be a list of names.")
+    return tuple(dict.fromkeys(value))
+
+
+def _toolsets(value: Any) -> tuple[str, ...]:
+    names = _names(value, "toolsets")
+    unknown = [name for name in names if name not in TOOLSETS]
+    if unknown:
+        raise ConfigError(
+            f"toolsets: no toolset {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(TOOLSETS))}."
+        )
+    return names
+
+
+# Each cap of a policy: (kind, the smallest value allowed).
+_POLICY_CAPS: dict[str, tuple[type, float]] = {
+    "max_turns": (int, 1),
+    "max_tool_calls": (int, 0),
+    "max_consecutive_tool_failures": (int, 1),
+    "time_budget_seconds": (float, 1),
+}
+_POLICY_SETS = ("approval_required", "blocked_toolsets", "blocked_tools")
+
+
+def _policy(value: Any) -> Policy:
+    if not isinstance(value, Mapping):
+        raise ConfigError("policy: must be an object.")
+    unknown = sorted(set(value) - set(_POLICY_CAPS) - set(_POLICY_SETS))
+    if unknown:
+        raise ConfigError(f"policy: unknown cap {', '.join(map(repr, unknown))}.")
+    for name, (kind, least) in _POLICY_CAPS.items():
+        if name in value and not _number(value[name], kind, least):
+            raise ConfigError(f"policy.{name}: a number of at least {least:g}.")
+    for name in _POLICY_SETS:
+        if name in value:
+            _names(value[name], f"policy.{name}")
+    return Policy.from_dict(dict(value))
+
+
+def _model_settings(value: Any) -> ModelSettings:
+    if not isinstance(value, Mapping):
+        raise ConfigError("model_settings: must be an object.")
+    unknown = sorted(set(value) - set(MODEL_SETTING_NAMES))
+    if unknown:
+        raise ConfigError(f"model_settings: unknown setting {', '.join(map(repr, unknown))}.")
+    checks: dict[str, tuple[bool, str]] = {
+        "temperature": (_number(value.get("temperature"), float, 0, 2), "between 0 and 2"),
+        "max_output_tokens": (
+            _number(value.get("max_output_tokens"), int, 1),
+            "a whole number of at least 1",
+        ),
+        "reasoning_effort": (
+            value.get("reasoning_effort") in (None, *REASONING_EFFORTS),
+            f"one of {', '.join(REASONING_EFFORTS)}",
+        ),
+        "timeout_seconds": (_number(value.get("timeout_seconds"), float, 1), "at least 1 second"),
+        "retry_attempts": (
+            _number(value.get("retry_attempts"), int, 1, 20),
+            "a whole number from 1 to 20",
+        ),
+        "retry_seconds": (_number(value.get("retry_seconds"), float, 0, 3600), "0 to 3600 seconds"),
+    }
+    for name, (good, meaning) in checks.items():
+        if name in value and value[name] is not None and not good:
+            raise ConfigError(f"model_settings.{name}: {meaning}.")
+    return ModelSettings.from_dict({k: v for k, v in value.items() if v is not None})
+
+
+def _number(value: Any, kind: type, least: float, most: float | None = None) -> bool:
+    """Whether ``value`` is absent or a number of ``kind`` within the bounds."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if kind is int and not float(value).is_integer():
+        return False
+    return value >= least and (most is None or value <= most)
 
 
 ASSISTANT = Agent(
@@ -59,28 +230,51 @@ CONCIERGE = Agent(
 )
 
 
-class AgentRegistry:
-    """The agents goaai knows, by id."""
+class AgentSource(Protocol):
+    """Agents kept as data by the deployment, in their current version."""
 
-    def __init__(self, agents: list[Agent] | None = None) -> None:
+    def get(self, agent_id: str) -> Agent | None: ...
+
+    def all(self) -> list[Agent]: ...
+
+
+class AgentRegistry:
+    """The agents goaai knows, by id: those in code, then those of ``source``."""
+
+    def __init__(
+        self, agents: list[Agent] | None = None, source: AgentSource | None = None
+    ) -> None:
         self._agents: dict[str, Agent] = {}
+        self.source = source
         for agent in agents or []:
             self.register(agent)
 
     def register(self, agent: Agent) -> None:
         self._agents[agent.id] = agent
 
-    def get(self, agent_id: str) -> Agent:
-        try:
-            return self._agents[agent_id]
-        except KeyError:
-            raise UnknownAgent(f"No agent named {agent_id!r}.") from None
-
-    def __contains__(self, agent_id: object) -> bool:
+    def in_code(self, agent_id: str) -> bool:
         return agent_id in self._agents
 
+    def get(self, agent_id: str) -> Agent:
+        agent = self._agents.get(agent_id)
+        if agent is None and self.source is not None:
+            agent = self.source.get(agent_id)
+        if agent is None:
+            raise UnknownAgent(f"No agent named {agent_id!r}.")
+        return agent
+
+    def __contains__(self, agent_id: object) -> bool:
+        if not isinstance(agent_id, str):
+            return False
+        return agent_id in self._agents or (
+            self.source is not None and self.source.get(agent_id) is not None
+        )
+
     def all(self) -> list[Agent]:
-        return sorted(self._agents.values(), key=lambda agent: agent.id)
+        agents = dict(self._agents)
+        for agent in self.source.all() if self.source is not None else ():
+            agents.setdefault(agent.id, agent)
+        return sorted(agents.values(), key=lambda agent: agent.id)
 
     def tools_of(self, agent: Agent) -> dict[str, Tool]:
         """Every tool ``agent`` declares: its toolsets' tools and ``ask_<id>`` for each
@@ -92,12 +286,39 @@ class AgentRegistry:
         return tools
 
 
-def default_registry(extra: list[str] | None = None) -> AgentRegistry:
-    """The shipped agents plus those named by dotted path in ``extra``."""
-    registry = AgentRegistry([ASSISTANT, CONCIERGE])
+def default_registry(
+    extra: list[str] | None = None, source: AgentSource | None = None
+) -> AgentRegistry:
+    """The shipped agents plus those named by dotted path in ``extra``, and those
+    of ``source``; :class:`ConfigError` naming the path that is not an agent."""
+    registry = AgentRegistry([ASSISTANT, CONCIERGE], source)
     for path in extra or []:
-        agent = import_string(path)
+        try:
+            agent = import_string(path)
+        except ImportError as exc:
+            raise ConfigError(f"Agent {path!r} cannot be imported: {exc}") from exc
         if not isinstance(agent, Agent):
-            raise TypeError(f"{path} is not a goaai Agent")
+            raise ConfigError(f"Agent {path!r} is a {type(agent).__name__}, not a goaai Agent.")
         registry.register(agent)
+    return registry
+
+
+def check_agent(agent: Agent, registry: AgentRegistry, config: RuntimeConfig) -> None:
+    """:class:`ConfigError` naming what is wrong unless ``agent``'s model is one the
+    config can reach and every agent it delegates to is known."""
+    try:
+        check_model(agent.model, config.profiles)
+    except (UnknownAgent, ImportError) as exc:
+        raise ConfigError(f"Agent {agent.id!r}: {exc}") from exc
+    for delegate in agent.delegates:
+        if delegate not in registry:
+            raise ConfigError(f"Agent {agent.id!r} delegates to unknown agent {delegate!r}.")
+
+
+def check_agents(config: RuntimeConfig) -> AgentRegistry:
+    """The config's agents, each checked as :func:`check_agent` does;
+    :class:`ConfigError` naming the first bad agent."""
+    registry = default_registry(list(config.agents))
+    for agent in registry.all():
+        check_agent(agent, registry, config)
     return registry

@@ -3,12 +3,15 @@
 The runtime reads no framework's settings: a deployment builds a
 :class:`RuntimeConfig` once (goaai's Django project does it from its settings, see
 ``goaai.runtime_settings``) and hands it to the facade. The defaults are what an
-embedded runtime needs: worker threads, the shipped agents, no provider keys.
+embedded runtime needs: worker threads, the shipped agents, the built-in model
+profiles without keys.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,20 +19,159 @@ from typing import Any
 
 from goaai.runtime.policy import LabelRule
 
-PROVIDERS = ("openai", "anthropic")
+# The protocols a model profile may speak: OpenAI's Chat Completions (OpenAI itself,
+# Ollama, vLLM, llama.cpp and most self-hosted servers), Anthropic's Messages API, and
+# OpenAI's Responses API (``openai-responses``: the one where OpenAI's reasoning models
+# keep their reasoning from one tool call to the next).
+PROFILE_KINDS = ("openai", "anthropic", "openai-responses")
+
+
+class ConfigError(ValueError):
+    """A setting the runtime cannot work with; the message names it."""
 
 
 @dataclass(frozen=True)
-class ProviderConfig:
-    """How to reach one model provider: its key, and a base URL for a compatible
-    server (Ollama, vLLM or llama.cpp for OpenAI's protocol)."""
+class ModelProfile:
+    """One named connection to a model provider; an agent's model is
+    ``<profile>:<model>``.
 
-    api_key: str = ""
+    ``api_key_env`` names the environment variable that holds the key (the key itself
+    is read when the config is built, and never shown). ``max_concurrency`` and
+    ``requests_per_minute`` limit what every server and worker together send to it
+    (through Redis when the deployment has one); ``None`` is no limit.
+    """
+
+    name: str
+    kind: str
     base_url: str | None = None
+    api_key_env: str = ""
+    api_key: str = field(default="", repr=False)
+    timeout_seconds: float = 60.0
+    connect_timeout_seconds: float = 10.0
+    # Extra HTTP headers sent with every request, as (name, value) pairs.
+    headers: tuple[tuple[str, str], ...] = ()
+    max_concurrency: int | None = None
+    requests_per_minute: int | None = None
+
+    @classmethod
+    def from_dict(
+        cls, name: str, data: Mapping[str, Any], environ: Mapping[str, str]
+    ) -> ModelProfile:
+        """A profile from its JSON; :class:`ConfigError` naming the profile if it is
+        not one."""
+        where = f"Model profile {name!r}"
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected an object, got {type(data).__name__}.")
+        unknown = sorted(set(data) - _PROFILE_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown setting {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(_PROFILE_KEYS))}."
+            )
+        kind = data.get("kind")
+        if kind not in PROFILE_KINDS:
+            raise ConfigError(
+                f"{where}: kind must be one of {', '.join(PROFILE_KINDS)}, not {kind!r}."
+            )
+        base_url = data.get("base_url") or None
+        if base_url is not None and (
+            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"{where}: base_url must be an http(s) URL, not {base_url!r}.")
+        key_env = data.get("api_key_env", "")
+        if not isinstance(key_env, str):
+            raise ConfigError(f"{where}: api_key_env must be the name of a variable.")
+        headers = data.get("headers") or {}
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ConfigError(f"{where}: headers must map header names to strings.")
+        return cls(
+            name=name,
+            kind=kind,
+            base_url=base_url,
+            api_key_env=key_env,
+            api_key=environ.get(key_env, "") if key_env else "",
+            timeout_seconds=_number(where, data, "timeout_seconds", 60.0),
+            connect_timeout_seconds=_number(where, data, "connect_timeout_seconds", 10.0),
+            headers=tuple(sorted(headers.items())),
+            max_concurrency=_limit(where, data, "max_concurrency"),
+            requests_per_minute=_limit(where, data, "requests_per_minute"),
+        )
 
 
-def _no_providers() -> Mapping[str, ProviderConfig]:
-    return MappingProxyType({})
+_PROFILE_KEYS = {
+    "kind",
+    "base_url",
+    "api_key_env",
+    "timeout_seconds",
+    "connect_timeout_seconds",
+    "headers",
+    "max_concurrency",
+    "requests_per_minute",
+}
+
+
+def _number(where: str, data: Mapping[str, Any], key: str, default: float) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where}: {key} must be a positive number of seconds, not {value!r}.")
+    return float(value)
+
+
+def _limit(where: str, data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: {key} must be a whole number of at least 1, not {value!r}.")
+    return int(value)
+
+
+def builtin_profiles(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The profiles every deployment has, from the variables goaai always read:
+    ``openai`` (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``) and ``anthropic``
+    (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
+    return {
+        "openai": {
+            "kind": "openai",
+            "api_key_env": "OPENAI_API_KEY",
+            "base_url": environ.get("OPENAI_BASE_URL") or None,
+        },
+        "anthropic": {
+            "kind": "anthropic",
+            "api_key_env": "ANTHROPIC_API_KEY",
+            "base_url": environ.get("ANTHROPIC_BASE_URL") or None,
+        },
+    }
+
+
+def parse_profiles(
+    declared: Mapping[str, Any] | None, environ: Mapping[str, str]
+) -> Mapping[str, ModelProfile]:
+    """The built-in profiles, replaced or joined by ``declared`` (as
+    ``GOAAI_MODEL_PROFILES`` holds them)."""
+    if declared is not None and not isinstance(declared, Mapping):
+        raise ConfigError("Model profiles must be an object of profile name to settings.")
+    profiles: dict[str, Any] = {**builtin_profiles(environ), **(declared or {})}
+    parsed = {}
+    for name, data in profiles.items():
+        if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name) or name in _RESERVED:
+            raise ConfigError(
+                f"Model profile name {name!r}: use letters, digits, '-' and '_' "
+                f"(and not {' or '.join(sorted(_RESERVED))})."
+            )
+        parsed[name] = ModelProfile.from_dict(name, data, environ)
+    return MappingProxyType(parsed)
+
+
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# Model names that are not a profile's: the offline model and a client class by path.
+_RESERVED = frozenset({"scripted", "python"})
+
+
+def _builtin_only() -> Mapping[str, ModelProfile]:
+    return parse_profiles(None, {})
 
 
 @dataclass(frozen=True)
@@ -37,7 +179,9 @@ class RuntimeConfig:
     # "thread" (a pool of worker threads in this process), "inline" (the caller's
     # thread) or the name of an executor the deployment installed ("celery").
     executor: str = "thread"
-    executor_threads: int = 4
+    # Each thread holds a run for as long as it executes, most of it waiting on the
+    # model's network answer: sized for waiting, not for the cores.
+    executor_threads: int = 64
     # Extra agents, as dotted paths to ``goaai.runtime.agents.Agent`` objects.
     agents: tuple[str, ...] = ()
     # How long ``rt.run()`` waits for a run before it stops waiting (the run goes on).
@@ -47,35 +191,33 @@ class RuntimeConfig:
     # How often a process looks for runs whose worker died (0: never).
     reaper_interval: float = 15
     label_rules: tuple[LabelRule, ...] = ()
-    providers: Mapping[str, ProviderConfig] = field(default_factory=_no_providers)
+    profiles: Mapping[str, ModelProfile] = field(default_factory=_builtin_only)
 
     @classmethod
     def from_values(
         cls,
         *,
         label_rules: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
-        providers: Mapping[str, Mapping[str, Any]] | None = None,
+        profiles: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
         agents: list[str] | tuple[str, ...] = (),
         **values: Any,
     ) -> RuntimeConfig:
-        """A config from plain values (as settings or a JSON file hold them)."""
+        """A config from plain values (as settings or a JSON file hold them); model
+        profiles' keys are read from ``environ`` (the process's environment)."""
         return cls(
             label_rules=tuple(LabelRule.from_dict(rule) for rule in label_rules),
-            providers=MappingProxyType(
-                {
-                    name: ProviderConfig(
-                        api_key=str(provider.get("api_key") or ""),
-                        base_url=provider.get("base_url") or None,
-                    )
-                    for name, provider in (providers or {}).items()
-                }
-            ),
+            profiles=parse_profiles(profiles, os.environ if environ is None else environ),
             agents=tuple(agents),
             **values,
         )
 
-    def provider(self, name: str) -> ProviderConfig:
-        return self.providers.get(name) or ProviderConfig()
+    def profile(self, name: str) -> ModelProfile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.profiles))
+            raise ConfigError(f"No model profile {name!r}; known: {known}.") from None
 
 
 def import_string(dotted_path: str) -> Any:

@@ -68,12 +68,22 @@ class InvalidMemoryScope(GoaaiError):
 
 
 class ModelError(GoaaiError):
-    """A model provider failed; the run fails with this kind and message."""
+    """A model provider failed. A ``retryable`` one is asked again within the
+    agent's retry budget, no sooner than ``retry_after`` seconds when the provider
+    said so; otherwise the run fails with this kind and message."""
 
     code = "model_error"
 
-    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.retryable = retryable
+        self.retry_after = retry_after

@@ -18,10 +18,11 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
-from goaai.runtime.agents import Agent, AgentRegistry, default_registry
+from goaai.runtime.agents import Agent, AgentRegistry, AgentSource, default_registry
 from goaai.runtime.config import RuntimeConfig
 from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
 from goaai.runtime.inmemory_store import InMemoryRunStore
+from goaai.runtime.limits import LocalLimits, ModelLimits
 from goaai.runtime.loop import TurnLoop
 from goaai.runtime.models import get_model_client
 from goaai.runtime.policy import Decision, Policy, apply_label_rules
@@ -72,11 +73,14 @@ class Runtime:
         self._config_source: Callable[[], RuntimeConfig] = RuntimeConfig
         self._store_factory: Callable[[], RunStore] = InMemoryRunStore
         self._executor_factories: Mapping[str, Callable[[], Executor]] = {}
+        self._limits_factory: Callable[[], ModelLimits] = LocalLimits
+        self._agent_source: AgentSource | None = None
         self._config: RuntimeConfig | None = None
         self._store: RunStore | None = None
         self._agents: AgentRegistry | None = None
         self._executor: Executor | None = None
         self._reaper: Reaper | None = None
+        self._limits: ModelLimits | None = None
         self._lock = threading.Lock()
 
     # Configuration
@@ -87,14 +91,19 @@ class Runtime:
         config: Callable[[], RuntimeConfig],
         store: Callable[[], RunStore],
         executors: Mapping[str, Callable[[], Executor]] | None = None,
+        limits: Callable[[], ModelLimits] | None = None,
+        agents: AgentSource | None = None,
     ) -> None:
         """Wire the runtime into a deployment: ``config`` builds its settings (again
         after :meth:`reset`), ``store`` its storage, ``executors`` executors beyond
-        ``thread`` and ``inline``, by name."""
+        ``thread`` and ``inline``, by name, ``limits`` the model profiles' limits
+        (this process's by default), ``agents`` the agents it keeps as data."""
         with self._lock:
             self._config_source = config
             self._store_factory = store
             self._executor_factories = dict(executors or {})
+            self._limits_factory = limits or LocalLimits
+            self._agent_source = agents
 
     def configure(
         self,
@@ -127,6 +136,7 @@ class Runtime:
             if self._reaper is not None:
                 self._reaper.stop()
             self._config = self._store = self._agents = self._executor = self._reaper = None
+            self._limits = None
 
     @property
     def config(self) -> RuntimeConfig:
@@ -153,12 +163,25 @@ class Runtime:
     def agents(self) -> AgentRegistry:
         agents = self._agents
         if agents is None:
-            built = default_registry(list(self.config.agents))
+            built = default_registry(list(self.config.agents), self._agent_source)
             with self._lock:
                 if self._agents is None:
                     self._agents = built
                 agents = self._agents
         return agents
+
+    @property
+    def limits(self) -> ModelLimits:
+        """The model profiles' limits, one for the process (each run asks it for a
+        place before it calls a model)."""
+        limits = self._limits
+        if limits is None:
+            built = self._limits_factory()
+            with self._lock:
+                if self._limits is None:
+                    self._limits = built
+                limits = self._limits
+        return limits
 
     @property
     def executor(self) -> Executor:
@@ -176,7 +199,8 @@ class Runtime:
         return TurnLoop(
             store=self.store,
             agents=self.agents,
-            model_factory=partial(get_model_client, providers=config.providers),
+            model_factory=partial(get_model_client, profiles=config.profiles),
+            limits=self.limits,
             publish_delta=self.store.publish_delta,
             run_child=self._run_child,
             lease_seconds=config.run_lease_seconds,
@@ -285,6 +309,7 @@ class Runtime:
         labels = {str(k): str(v) for k, v in (labels or {}).items()}
         policy, decisions = self.policy_for(spec, labels)
         run = self.store.create_run(
+            definition=spec.as_dict(),
             session_id=_uuid(session),
             agent=agent,
             input=prompt,

@@ -18,9 +18,10 @@ import datetime as dt
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
@@ -34,7 +35,9 @@ from goaai.runtime.errors import (
     SessionEnded,
 )
 from goaai.runtime.policy import Decision
+from goaai.runtime.pricing import Price, cost_of
 from goaai.runtime.types import (
+    USAGE_KINDS,
     MemoryRecord,
     Message,
     ModelReply,
@@ -46,6 +49,8 @@ from goaai.runtime.types import (
     ToolCallState,
     ToolOutcome,
     TurnState,
+    Usage,
+    known_cost,
 )
 from goaai.runtime.vocabulary import (
     MEMORY_RESOLUTION_ORDER,
@@ -132,6 +137,13 @@ class _Run:
     output: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    unpriced_turns: int = 0
+    agent_version_number: int | None = None
+    definition: dict[str, Any] | None = None
     error_kind: str = ""
     error_message: str = ""
     error_retryable: bool = False
@@ -158,8 +170,17 @@ class _Turn:
     started_at: dt.datetime
     response_text: str = ""
     response_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    response_model: str = ""
+    finish_reason: str = ""
+    reasoning: str = ""
+    reasoning_state: list[dict[str, Any]] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: Decimal | None = None
+    retries: int = 0
     latency_ms: int | None = None
     ended_at: dt.datetime | None = None
     # Its tool calls, by index.
@@ -292,9 +313,12 @@ class InMemoryRunStore:
         *,
         users: Mapping[int, str] | None = None,
         clock: Callable[[], dt.datetime] = _utc_now,
+        prices: Sequence[tuple[str, dt.datetime, Price]] = (),
     ) -> None:
         self._users = dict(users) if users is not None else None
         self._clock = clock
+        # (model as agents name it, in force from, price): what turns cost.
+        self._prices = tuple(prices)
         # One lock for everything: a change of a run touches its session's log, its
         # tool calls and its child runs, and all of it must be seen together.
         self._lock = threading.RLock()
@@ -303,6 +327,8 @@ class InMemoryRunStore:
         self._turns: dict[UUID, _Turn] = {}
         self._calls: dict[UUID, _ToolCall] = {}
         self._memory: dict[_MemoryKey, _Entry] = {}
+        # Each agent's recorded versions (definitions), oldest first.
+        self._versions: dict[str, list[dict[str, Any]]] = {}
         self.deltas: list[Delta] = []
 
     # Reading back
@@ -391,6 +417,7 @@ class InMemoryRunStore:
         created_by_id: int | None = None,
         idempotency_key: str | None = None,
         fingerprint: str = "",
+        definition: dict[str, Any] | None = None,
     ) -> RunInfo:
         """A pending run (:class:`SessionEnded` if the session has ended,
         :class:`DuplicateIdempotencyKey` if the key was used in the session)."""
@@ -410,8 +437,22 @@ class InMemoryRunStore:
                 idempotency_key=idempotency_key,
                 fingerprint=fingerprint,
             )
+            self._record_definition(run, definition)
             self._add_run(run, policy_decisions or [])
             return RunInfo.of(run, _json)
+
+    def _record_definition(self, run: _Run, definition: dict[str, Any] | None) -> None:
+        """The run's agent version: the latest recorded version of its agent with
+        the same definition, or the next one."""
+        if definition is None:
+            return
+        versions = self._versions.setdefault(run.agent, [])
+        same = [number for number, known in enumerate(versions, 1) if known == definition]
+        if not same:
+            versions.append(_json(definition))
+            same = [len(versions)]
+        run.agent_version_number = same[-1]
+        run.definition = _json(definition)
 
     def get_run(self, run_id: UUID) -> RunInfo:
         with self._lock:
@@ -465,6 +506,7 @@ class InMemoryRunStore:
         labels: dict[str, str],
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
+        definition: dict[str, Any] | None = None,
     ) -> RunInfo:
         """A run of ``agent`` called as a tool, in the parent's session, linked to it,
         under ``policy`` (which ``policy_decisions`` shaped)."""
@@ -484,6 +526,7 @@ class InMemoryRunStore:
                 parent_run_id=parent_run_id,
                 parent_tool_call_id=parent_tool_call_id,
             )
+            self._record_definition(child, definition)
             self._add_run(child, policy_decisions or [])
             return RunInfo.of(child, _json)
 
@@ -567,19 +610,30 @@ class InMemoryRunStore:
                 self._clock(),
             )
 
-    def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None:
+    def complete_turn(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> None:
         with self._lock:
             turn = self._turn(turn_id)
             run = self._runs[turn.run_id]
             now = self._clock()
             used = reply.usage
+            cost = self._cost(turn.model, used, now)
             turn.response_text = reply.text
             turn.response_tool_calls = _json([call.as_dict() for call in reply.tool_calls])
-            turn.input_tokens, turn.output_tokens = used.input_tokens, used.output_tokens
+            turn.response_model = reply.model
+            turn.finish_reason = reply.finish_reason
+            turn.reasoning = reply.reasoning
+            turn.reasoning_state = _json(list(reply.reasoning_state))
+            for kind in USAGE_KINDS:
+                setattr(turn, kind, getattr(used, kind))
+                setattr(run, kind, getattr(run, kind) + getattr(used, kind))
+            turn.cost, turn.retries = cost, retries
             turn.latency_ms, turn.ended_at = latency_ms, now
-            turn.model = reply.model or turn.model
-            run.input_tokens += used.input_tokens
-            run.output_tokens += used.output_tokens
+            if cost is None:
+                run.unpriced_turns += 1
+            else:
+                run.cost += cost
             self._log_run(
                 run,
                 payloads.turn_completed(
@@ -587,17 +641,45 @@ class InMemoryRunStore:
                     index=turn.index,
                     tool_calls=len(reply.tool_calls),
                     latency_ms=latency_ms,
+                    finish_reason=reply.finish_reason,
                 ),
                 now,
             )
             if reply.text:
                 self._log_run(run, payloads.message_completed(turn=turn.id, text=reply.text), now)
+            self._log_run(run, payloads.usage(turn=turn.id, used=used, cost=cost), now)
+
+    def _cost(self, model: str, used: Usage, at: dt.datetime) -> Decimal | None:
+        """The cost of a turn by this store's price list (the latest price of the
+        model that took effect by ``at``), or ``None``."""
+        in_force = [
+            (since, price) for name, since, price in self._prices if name == model and since <= at
+        ]
+        if not in_force:
+            return None
+        return cost_of(used, max(in_force, key=lambda item: item[0])[1])
+
+    def model_retry(
+        self,
+        *,
+        turn_id: UUID,
+        attempt: int,
+        error_kind: str,
+        message: str,
+        delay_seconds: float,
+    ) -> None:
+        with self._lock:
+            turn = self._turn(turn_id)
             self._log_run(
-                run,
-                payloads.usage(
-                    turn=turn.id, input_tokens=used.input_tokens, output_tokens=used.output_tokens
+                self._runs[turn.run_id],
+                payloads.model_retry(
+                    turn=turn.id,
+                    attempt=attempt,
+                    error_kind=error_kind,
+                    message=message,
+                    delay_seconds=delay_seconds,
                 ),
-                now,
+                self._clock(),
             )
 
     def schedule_tool_call(
@@ -1000,7 +1082,7 @@ class InMemoryRunStore:
             status=status,
             output=run.output,
             usage=payloads.usage_totals(
-                input_tokens=run.input_tokens, output_tokens=run.output_tokens
+                Usage.of(run), known_cost(run.cost, run.unpriced_turns), run.unpriced_turns
             ),
             error_kind=run.error_kind,
             error_message=run.error_message,
@@ -1227,6 +1309,7 @@ class InMemoryRunStore:
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
             depth=self._depth(run),
+            definition=_json(run.definition),
         )
 
     def _history(self, session: _Session, run: _Run) -> tuple[Message, ...]:
@@ -1264,6 +1347,8 @@ class InMemoryRunStore:
                         ToolCallRequest.from_dict(c) for c in turn.response_tool_calls
                     ),
                     tool_calls=tuple(ToolCallState.of(call, _json) for call in calls),
+                    finish_reason=turn.finish_reason,
+                    reasoning_state=tuple(_json(turn.reasoning_state)),
                 )
             )
         return tuple(states)

@@ -30,8 +30,10 @@ from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError, NotFound
-from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec, get_model_client
+from goaai.runtime.limits import LocalLimits, ModelLimits
+from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec
 from goaai.runtime.policy import LabelRule, Policy, apply_label_rules
+from goaai.runtime.retry import model_retrying
 from goaai.runtime.store import RunStore
 from goaai.runtime.tools import Tool, ToolContext, ToolRejected
 from goaai.runtime.tools.base import DelegationPaused
@@ -46,7 +48,7 @@ from goaai.runtime.types import (
     ToolOutcome,
     TurnState,
 )
-from goaai.runtime.vocabulary import ErrorKind, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import ErrorKind, FinishReason, RunStatus, ToolCallStatus
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class _Progress:
     started: float
     tool_calls: int = 0
     consecutive_failures: int = 0
+    # Replies cut off by the output limit before they said anything usable.
+    truncated: int = 0
     messages: list[Message] = field(default_factory=list)
 
 
@@ -162,8 +166,10 @@ class TurnLoop:
         *,
         store: RunStore,
         agents: AgentRegistry,
-        model_factory: Callable[[str], ModelClient] = get_model_client,
+        model_factory: Callable[[str], ModelClient],
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        limits: ModelLimits | None = None,
         publish_delta: DeltaPublisher | None = None,
         run_child: ChildRunner | None = None,
         lease_seconds: float = 60.0,
@@ -173,6 +179,8 @@ class TurnLoop:
         self.agents = agents
         self.model_factory = model_factory
         self.clock = clock
+        self.sleep = sleep
+        self.limits = limits or LocalLimits()
         self.publish_delta = publish_delta
         self.run_child = run_child
         self.lease_seconds = lease_seconds
@@ -261,7 +269,13 @@ class TurnLoop:
     # The conversation
 
     def _drive(self, context: RunContext, lease: _LeaseKeeper) -> RunInfo:
-        agent = self.agents.get(context.agent)
+        # The agent as the run recorded it, if it did: a change since does not
+        # change a run already under way.
+        agent = (
+            Agent.from_dict(context.definition)
+            if context.definition is not None
+            else self.agents.get(context.agent)
+        )
         policy = Policy.from_dict(context.policy) if context.policy else agent.policy
         model = self.model_factory(agent.model)
         tools = self._tools(agent, policy)
@@ -280,7 +294,12 @@ class TurnLoop:
             if not turn.ended:
                 self._check_between_steps(context, policy, progress, lease)
                 self.store.restart_turn(turn_id=turn.id)
-                reply_calls = self._ask_model(context, model, specs, progress, turn.id)
+                reply_calls = self._ask_model(context, agent, model, specs, progress, turn.id)
+            elif _cut_short(turn.finish_reason, turn.response_text, turn.response_tool_calls):
+                # Cut off by the output limit: its calls were never run; the model was
+                # told, as it is told below.
+                self._told_cut_short(agent, progress, turn.response_text)
+                continue
             elif not turn.response_tool_calls:
                 # The model had answered; only recording the run's end was lost.
                 return self.store.finish_run(
@@ -289,7 +308,12 @@ class TurnLoop:
             else:
                 reply_calls = turn.response_tool_calls
                 progress.messages.append(
-                    Message(role="assistant", content=turn.response_text, tool_calls=reply_calls)
+                    Message(
+                        role="assistant",
+                        content=turn.response_text,
+                        tool_calls=reply_calls,
+                        reasoning_state=turn.reasoning_state,
+                    )
                 )
             if isinstance(reply_calls, RunInfo):
                 return reply_calls
@@ -305,7 +329,7 @@ class TurnLoop:
                 model=model.name,
                 messages=[m.as_dict() for m in progress.messages],
             )
-            reply_calls = self._ask_model(context, model, specs, progress, turn_id)
+            reply_calls = self._ask_model(context, agent, model, specs, progress, turn_id)
             if isinstance(reply_calls, RunInfo):
                 return reply_calls
             self._run_calls(context, policy, tools, progress, lease, turn_id, reply_calls, ())
@@ -323,41 +347,129 @@ class TurnLoop:
     def _ask_model(
         self,
         context: RunContext,
+        agent: Agent,
         model: ModelClient,
         specs: tuple[ToolSpec, ...],
         progress: _Progress,
         turn_id: UUID,
     ) -> tuple[ToolCallRequest, ...] | RunInfo:
-        """One model round-trip: the tool calls the model wants, or, when it
-        answered, the completed run."""
+        """One model round-trip, retried within the agent's budget: the tool calls
+        the model wants (none when its reply was cut short and it is asked again),
+        or, when it answered, the completed run."""
         turn_started = self.clock()
         streamed: list[str] = []
-        try:
-            reply = model.complete(
-                ModelRequest(messages=tuple(progress.messages), tools=specs),
-                self._delta_sink(context, turn_id, streamed),
+        request = ModelRequest(
+            messages=tuple(progress.messages), tools=specs, settings=agent.model_settings
+        )
+        sink = self._delta_sink(context, turn_id, streamed)
+        retries = 0
+
+        def on_retry(attempt: int, error: ModelError, delay: float) -> None:
+            nonlocal retries
+            retries = attempt
+            self.store.model_retry(
+                turn_id=turn_id,
+                attempt=attempt,
+                error_kind=error.kind,
+                message=error.message,
+                delay_seconds=delay,
             )
+
+        try:
+            for attempt in model_retrying(
+                agent.model_settings,
+                sleep=self._pause(context),
+                on_retry=on_retry,
+            ):
+                with attempt:
+                    # What a failed attempt streamed is not part of the reply.
+                    streamed.clear()
+                    reply = self._complete(context, model, request, sink)
         except _Interrupted as interrupted:
             # Stopped halfway through its answer: the turn keeps what was said so far
             # (the person saw it), and the run ends canceled.
             partial = "".join(streamed)
             self.store.complete_turn(
                 turn_id=turn_id,
-                reply=ModelReply(text=partial, model=model.name),
+                reply=ModelReply(text=partial, model=model.name, finish_reason=FinishReason.OTHER),
                 latency_ms=int((self.clock() - turn_started) * 1000),
+                retries=retries,
             )
             raise _Stop(RunStatus.CANCELED, reason=interrupted.reason) from None
         self.store.complete_turn(
-            turn_id=turn_id, reply=reply, latency_ms=int((self.clock() - turn_started) * 1000)
+            turn_id=turn_id,
+            reply=reply,
+            latency_ms=int((self.clock() - turn_started) * 1000),
+            retries=retries,
         )
+        if _cut_short(reply.finish_reason, reply.text, reply.tool_calls):
+            self._told_cut_short(agent, progress, reply.text)
+            return ()
         if not reply.tool_calls:
             return self.store.finish_run(
                 run_id=context.run_id, status=RunStatus.COMPLETED, output=reply.text
             )
         progress.messages.append(
-            Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+            Message(
+                role="assistant",
+                content=reply.text,
+                tool_calls=reply.tool_calls,
+                reasoning_state=reply.reasoning_state,
+            )
         )
         return reply.tool_calls
+
+    def _complete(
+        self,
+        context: RunContext,
+        model: ModelClient,
+        request: ModelRequest,
+        sink: Callable[[str], None] | None,
+    ) -> ModelReply:
+        """One attempt, once the profile's limits give it a place (waiting for one
+        looks for a cancel request as any wait does)."""
+        profile = getattr(model, "profile", None)
+        if profile is None:
+            return model.complete(request, sink)
+        with self.limits.slot(profile, wait=self._pause(context)):
+            return model.complete(request, sink)
+
+    def _told_cut_short(self, agent: Agent, progress: _Progress, text: str) -> None:
+        """A reply cut off by the output limit before it was usable (a tool call
+        half written, or nothing said): its calls are not run; the model is told
+        and asked again, as many times as the agent's retry budget allows."""
+        progress.truncated += 1
+        settings = agent.model_settings
+        if progress.truncated >= max(1, settings.retry_attempts):
+            limit = settings.max_output_tokens
+            raise _Stop(
+                RunStatus.FAILED,
+                RunError(
+                    kind=ErrorKind.TRUNCATED,
+                    message=f"The model's reply was cut off by the length limit "
+                    f"({f'{limit} output tokens' if limit else 'the provider default'}) "
+                    f"{progress.truncated} times before it was complete.",
+                ),
+            )
+        progress.messages.append(Message(role="assistant", content=text))
+        progress.messages.append(Message(role="user", content=CUT_SHORT_NOTE))
+
+    def _pause(self, context: RunContext) -> Callable[[float], None]:
+        """A wait (before a retry, or for a model's limits) that a cancel request
+        or a lost lease ends early."""
+
+        def pause(seconds: float) -> None:
+            deadline = self.clock() + seconds
+            while True:
+                reason = self.store.cancel_requested(context.run_id)
+                if reason is not None:
+                    raise _Stop(RunStatus.CANCELED, reason=reason)
+                left = deadline - self.clock()
+                if left <= 0:
+                    return
+                self.sleep(min(left, CANCEL_CHECK_SECONDS))
+
+        return pause
 
     def _run_calls(
         self,
@@ -399,6 +511,7 @@ class TurnLoop:
                     content=json.dumps(outcome.for_model(), default=str),
                     tool_call_id=request.id,
                     name=request.name,
+                    is_error=not outcome.ok,
                 )
             )
             if progress.consecutive_failures >= policy.max_consecutive_tool_failures:
@@ -562,6 +675,7 @@ class TurnLoop:
                 self.agents.get(agent_id).policy, context.labels, self.label_rules
             )
             child = self.store.create_child_run(
+                definition=self.agents.get(agent_id).as_dict(),
                 parent_run_id=context.run_id,
                 parent_tool_call_id=tool_call_id,
                 agent=agent_id,
@@ -606,13 +720,14 @@ class TurnLoop:
         return sink
 
     def _initial_messages(self, agent: Agent, context: RunContext) -> list[Message]:
+        """The agent's system prompt, then what it remembers for this session as a
+        second system message (the first stays the same from run to run, which is
+        what a provider's prompt cache keys on), the session so far, the input."""
         messages: list[Message] = []
-        system = agent.system_prompt
+        if agent.system_prompt:
+            messages.append(Message(role="system", content=agent.system_prompt))
         if context.memory:
-            facts = "\n".join(f"- {key}: {value} ({scope})" for scope, key, value in context.memory)
-            system = f"{system}\n\nWhat you remember that applies here:\n{facts}".strip()
-        if system:
-            messages.append(Message(role="system", content=system))
+            messages.append(memory_message(context.memory))
         messages.extend(context.history)
         messages.append(Message(role="user", content=context.input))
         return messages
@@ -634,6 +749,28 @@ class TurnLoop:
                 rule="time_budget_seconds",
                 reason=f"Time budget of {policy.time_budget_seconds:g}s spent.",
             )
+
+
+def memory_message(facts: Sequence[tuple[str, str, object]]) -> Message:
+    """What the agent remembers for a session, (scope, key, value) each, as the
+    system message that follows its prompt."""
+    lines = "\n".join(f"- {key}: {value} ({scope})" for scope, key, value in facts)
+    return Message(role="system", content=f"What you remember that applies here:\n{lines}")
+
+
+# What the model is told when its reply was cut off by the output limit.
+CUT_SHORT_NOTE = (
+    "Your previous reply was cut off by the output length limit before it was complete, "
+    "so none of its tool calls were run. Answer again, more briefly: make one tool call "
+    "at a time with short arguments, or give a shorter answer."
+)
+
+
+def _cut_short(finish_reason: str, text: str, tool_calls: Sequence[ToolCallRequest]) -> bool:
+    """Whether a reply stopped by the output limit is unusable as it is: a tool
+    call in it may be half written, and an empty reply says nothing. (Text cut off
+    is kept, and marked, as the answer.)"""
+    return finish_reason == FinishReason.LENGTH and (bool(tool_calls) or not text)
 
 
 def _denied(reason: str) -> ToolOutcome:

@@ -9,14 +9,17 @@ them. Each builder returns ``(type, data)``; ids are strings, as JSON holds them
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
     SESSION_DELETED,
     AwaitingKind,
     EventType,
+    FinishReason,
     RunStatus,
     ToolCallStatus,
     WriterKind,
@@ -148,19 +151,32 @@ def run_resumed_by_worker(*, previous_worker: str, worker: str) -> Event:
     }
 
 
-def usage_totals(*, input_tokens: int, output_tokens: int) -> dict[str, int]:
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "total_tokens": input_tokens + output_tokens,
-    }
+def usage_totals(
+    used: Usage, cost: Decimal | None = None, unpriced_turns: int = 0
+) -> dict[str, Any]:
+    """Token counts of each kind and their total, with the cost in US dollars as a
+    decimal string (``None`` when no turn had a price; ``unpriced_turns`` says how
+    many turns of the sum had none)."""
+    data: dict[str, Any] = used.as_dict()
+    data["cost"] = cost_text(cost)
+    if unpriced_turns:
+        data["unpriced_turns"] = unpriced_turns
+    return data
+
+
+def cost_text(cost: Decimal | None) -> str | None:
+    """A cost as JSON carries it: exact decimal text without trailing zeros."""
+    if cost is None:
+        return None
+    text = format(cost.normalize(), "f")
+    return "0" if text in ("-0", "") else text
 
 
 def run_ended(
     *,
     status: RunStatus,
     output: str = "",
-    usage: dict[str, int] | None = None,
+    usage: dict[str, Any] | None = None,
     error_kind: str = "",
     error_message: str = "",
     retryable: bool = False,
@@ -169,7 +185,7 @@ def run_ended(
     """The event that announces a run's terminal ``status``."""
     data: dict[str, Any]
     if status == RunStatus.COMPLETED:
-        data = {"output": output, "usage": usage or usage_totals(input_tokens=0, output_tokens=0)}
+        data = {"output": output, "usage": usage or usage_totals(Usage())}
     elif status == RunStatus.CANCELED:
         data = {"reason": reason}
     else:
@@ -187,12 +203,31 @@ def turn_started(*, turn: UUID, index: int, model: str, restarted: bool = False)
     return EventType.TURN_STARTED, data
 
 
-def turn_completed(*, turn: UUID, index: int, tool_calls: int, latency_ms: int) -> Event:
-    return EventType.TURN_COMPLETED, {
+def turn_completed(
+    *, turn: UUID, index: int, tool_calls: int, latency_ms: int, finish_reason: str = "stop"
+) -> Event:
+    data: dict[str, Any] = {
         "turn": str(turn),
         "index": index,
         "tool_calls": tool_calls,
         "latency_ms": latency_ms,
+        "finish_reason": finish_reason,
+    }
+    if finish_reason == FinishReason.LENGTH:
+        data["truncated"] = True
+    return EventType.TURN_COMPLETED, data
+
+
+def model_retry(
+    *, turn: UUID, attempt: int, error_kind: str, message: str, delay_seconds: float
+) -> Event:
+    """A turn's model call failed in a way worth retrying; it is asked again."""
+    return EventType.MODEL_RETRY, {
+        "turn": str(turn),
+        "attempt": attempt,
+        "error_kind": error_kind,
+        "message": message,
+        "delay_seconds": round(delay_seconds, 3),
     }
 
 
@@ -200,11 +235,8 @@ def message_completed(*, turn: UUID, text: str) -> Event:
     return EventType.MESSAGE_COMPLETED, {"turn": str(turn), "role": "assistant", "text": text}
 
 
-def usage(*, turn: UUID, input_tokens: int, output_tokens: int) -> Event:
-    return EventType.USAGE, {
-        "turn": str(turn),
-        **usage_totals(input_tokens=input_tokens, output_tokens=output_tokens),
-    }
+def usage(*, turn: UUID, used: Usage, cost: Decimal | None) -> Event:
+    return EventType.USAGE, {"turn": str(turn), **usage_totals(used, cost)}
 
 
 # Tool calls

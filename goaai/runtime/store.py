@@ -49,7 +49,12 @@ class RunStore(Protocol):
         created_by_id: int | None = None,
         idempotency_key: str | None = None,
         fingerprint: str = "",
-    ) -> RunInfo: ...
+        definition: dict[str, Any] | None = None,
+    ) -> RunInfo:
+        """A pending run. ``definition`` is the agent as it is now
+        (:meth:`~goaai.runtime.agents.Agent.as_dict`): the run records that version
+        of it, numbered per agent, and executes it even if the agent changes."""
+        ...
 
     def get_run(self, run_id: UUID) -> RunInfo: ...
 
@@ -78,9 +83,11 @@ class RunStore(Protocol):
         labels: dict[str, str],
         policy: dict[str, Any],
         policy_decisions: list[Decision] | None = None,
+        definition: dict[str, Any] | None = None,
     ) -> RunInfo:
         """A run of ``agent`` called as a tool, in the parent's session, linked to it,
-        under ``policy`` (which ``policy_decisions`` shaped)."""
+        under ``policy`` (which ``policy_decisions`` shaped), recording ``definition``
+        as :meth:`create_run` does."""
         ...
 
     # The turn loop
@@ -113,7 +120,26 @@ class RunStore(Protocol):
         """Record that a turn whose reply was lost with its worker is asked again."""
         ...
 
-    def complete_turn(self, *, turn_id: UUID, reply: ModelReply, latency_ms: int) -> None: ...
+    def complete_turn(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> None:
+        """Record the model's reply: text, tool calls, why it stopped, its reasoning,
+        its usage of each kind and its cost (at the price in force now), after
+        ``retries`` retried attempts."""
+        ...
+
+    def model_retry(
+        self,
+        *,
+        turn_id: UUID,
+        attempt: int,
+        error_kind: str,
+        message: str,
+        delay_seconds: float,
+    ) -> None:
+        """Record that attempt ``attempt`` of a turn's model call failed with a
+        retryable error, and the model is asked again after ``delay_seconds``."""
+        ...
 
     def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool

@@ -8,25 +8,65 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
 
 @dataclass(frozen=True)
 class Usage:
+    """The tokens of one model reply (or the sum of several), each kind kept apart,
+    as providers bill them.
+
+    ``input_tokens`` are the prompt tokens read at the full price: neither read from
+    the provider's prompt cache (``cached_input_tokens``) nor written to it
+    (``cache_write_tokens``). ``reasoning_tokens`` are the part of ``output_tokens``
+    the model spent thinking before it answered.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every token of the prompt, whatever the cache did with it."""
+        return self.input_tokens + self.cached_input_tokens + self.cache_write_tokens
 
     @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return self.prompt_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(getattr(self, name) + getattr(other, name) for name in USAGE_KINDS))
+
+    @classmethod
+    def of(cls, row: Any) -> Usage:
+        """The usage a record (a run's or turn's row) counts, by its fields' names."""
+        return cls(*(getattr(row, name) for name in USAGE_KINDS))
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-        }
+        data = {name: getattr(self, name) for name in USAGE_KINDS}
+        data["total_tokens"] = self.total_tokens
+        return data
+
+
+def known_cost(cost: Decimal, unpriced_turns: int) -> Decimal | None:
+    """A sum of turns' costs, or ``None`` ("cost unknown") when none of the turns
+    that cost anything had a price."""
+    return None if unpriced_turns and not cost else Decimal(cost)
+
+
+# The kinds of token a :class:`Usage` counts, in its fields' order.
+USAGE_KINDS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +90,9 @@ class Message:
     """One message of a conversation, in a provider-neutral shape.
 
     ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. An assistant message
-    may carry tool calls; a tool message answers the call named by ``tool_call_id``.
+    may carry tool calls, and the provider's reasoning items that must travel back
+    with it (``reasoning_state``, see :class:`ModelReply`); a tool message answers
+    the call named by ``tool_call_id``, with ``is_error`` when the call failed.
     """
 
     role: str
@@ -58,6 +100,8 @@ class Message:
     tool_calls: tuple[ToolCallRequest, ...] = ()
     tool_call_id: str = ""
     name: str = ""
+    is_error: bool = False
+    reasoning_state: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -67,6 +111,10 @@ class Message:
             data["tool_call_id"] = self.tool_call_id
         if self.name:
             data["name"] = self.name
+        if self.is_error:
+            data["is_error"] = True
+        if self.reasoning_state:
+            data["reasoning_state"] = [dict(item) for item in self.reasoning_state]
         return data
 
     @classmethod
@@ -77,17 +125,29 @@ class Message:
             tool_calls=tuple(ToolCallRequest.from_dict(c) for c in data.get("tool_calls") or ()),
             tool_call_id=str(data.get("tool_call_id") or ""),
             name=str(data.get("name") or ""),
+            is_error=bool(data.get("is_error")),
+            reasoning_state=tuple(dict(item) for item in data.get("reasoning_state") or ()),
         )
 
 
 @dataclass(frozen=True)
 class ModelReply:
-    """What a model answered in one turn."""
+    """What a model answered in one turn.
+
+    ``finish_reason`` is why it stopped (:class:`~goaai.runtime.vocabulary.FinishReason`);
+    ``reasoning`` the thinking it showed (Anthropic thinking blocks, a compatible
+    server's ``reasoning_content``, a Responses API reasoning summary), and
+    ``reasoning_state`` the provider's own items that must be sent back with the
+    conversation on the next turn (signed thinking blocks, encrypted reasoning items).
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    finish_reason: str = "stop"
+    reasoning: str = ""
+    reasoning_state: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +207,11 @@ class RunInfo:
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
     parent_run_id: UUID | None = None
+    # In US dollars; None while no turn that cost anything had a price.
+    cost: Decimal | None = None
+    # The version of its agent the run executes (numbered per agent from 1), if
+    # its store records versions.
+    agent_version: int | None = None
 
     @classmethod
     def of(cls, run: Any, copy: Copy = _same) -> RunInfo:
@@ -163,12 +228,14 @@ class RunInfo:
             input=run.input,
             output=run.output,
             labels=copy(run.labels),
-            usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+            usage=Usage.of(run),
             error=error,
             created_at=run.created_at,
             started_at=run.started_at,
             ended_at=run.ended_at,
             parent_run_id=run.parent_run_id,
+            cost=known_cost(run.cost, run.unpriced_turns),
+            agent_version=getattr(run, "agent_version_number", None),
         )
 
 
@@ -226,6 +293,8 @@ class TurnState:
     response_text: str = ""
     response_tool_calls: tuple[ToolCallRequest, ...] = ()
     tool_calls: tuple[ToolCallState, ...] = ()
+    finish_reason: str = ""
+    reasoning_state: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +321,9 @@ class RunContext:
     lease_owner: str = ""
     parent_run_id: UUID | None = None
     depth: int = 0
+    # The agent as the run recorded it when it was created (Agent.as_dict), which it
+    # executes even if the agent has changed since; None: the agent as it is now.
+    definition: dict[str, Any] | None = None
 
 
 class MemoryRecord(NamedTuple):

@@ -114,6 +114,18 @@ class ErrorKind(StrEnum):
     RATE_LIMITED = "rate_limited"
     TIMEOUT = "timeout"
     INTERNAL = "internal"
+    # A model's reply was cut off by its output limit (and asking again did not help).
+    TRUNCATED = "truncated"
+
+
+class FinishReason(StrEnum):
+    """Why a model stopped writing a reply, in the same words for every provider."""
+
+    STOP = "stop"  # it finished its answer (or reached a stop sequence)
+    TOOL_CALLS = "tool_calls"  # it asks for tools
+    LENGTH = "length"  # cut off by the output limit (or the context window)
+    CONTENT_FILTER = "content_filter"  # the provider withheld the rest (or it refused)
+    OTHER = "other"  # anything else a provider says
 
 
 class MemoryScope(StrEnum):
@@ -140,6 +152,8 @@ class EventType(StrEnum):
     RUN_STARTED = "run.started"
     TURN_STARTED = "turn.started"
     TURN_COMPLETED = "turn.completed"
+    # A model call failed in a way worth retrying and is asked again.
+    MODEL_RETRY = "model.retry"
     MESSAGE_COMPLETED = "message.completed"
     TOOL_CALL_SCHEDULED = "tool_call.scheduled"
     TOOL_CALL_STARTED = "tool_call.started"

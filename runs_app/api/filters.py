@@ -42,12 +42,19 @@ class RunFilter(CreatedRangeFilterSet):
 
 class TurnFilter(CreatedRangeFilterSet):
     run = django_filters.UUIDFilter(field_name="run_id")
+    session = django_filters.UUIDFilter(field_name="run__session_id")
+    has_reasoning = django_filters.BooleanFilter(
+        method="with_reasoning", label="Only turns whose model showed its reasoning (or none)."
+    )
     created_after = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
     created_before = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
         model = Turn
-        fields = ["run"]
+        fields = ["run", "session"]
+
+    def with_reasoning(self, queryset: QuerySet[Any], name: str, value: bool) -> QuerySet[Any]:
+        return queryset.exclude(reasoning="") if value else queryset.filter(reasoning="")
 
 
 class ToolCallFilter(CreatedRangeFilterSet):

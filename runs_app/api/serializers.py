@@ -8,17 +8,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
-from goaai.runtime.vocabulary import AwaitingKind
+from goaai.api.usage import RunUsageSerializer, UsageSerializer, turn_usage_document, usage_document
+from goaai.runtime.vocabulary import AwaitingKind, FinishReason
 from runs_app.models import DECISION_CHOICES, Run, ToolCall, Turn
 from sessions_app.models import RunEvent
 
 MAX_INPUT_LENGTH = 32_000
-
-
-class UsageSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    input_tokens = serializers.IntegerField()
-    output_tokens = serializers.IntegerField()
-    total_tokens = serializers.IntegerField()
 
 
 class RunErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -44,6 +39,12 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     error = serializers.SerializerMethodField()
     awaiting = serializers.SerializerMethodField()
     duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
+    agent_version = serializers.IntegerField(
+        source="agent_version_number",
+        read_only=True,
+        allow_null=True,
+        help_text="The version of its agent the run executes (GET /agents/{id}/versions/).",
+    )
 
     class Meta:
         model = Run
@@ -51,6 +52,7 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "id",
             "session",
             "agent",
+            "agent_version",
             "status",
             "input",
             "output",
@@ -70,13 +72,9 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
         read_only_fields = fields
 
-    @extend_schema_field(UsageSerializer)
-    def get_usage(self, run: Run) -> dict[str, int]:
-        return {
-            "input_tokens": run.input_tokens,
-            "output_tokens": run.output_tokens,
-            "total_tokens": run.total_tokens,
-        }
+    @extend_schema_field(RunUsageSerializer)
+    def get_usage(self, run: Run) -> dict[str, Any]:
+        return usage_document(run)
 
     @extend_schema_field(RunErrorSerializer(allow_null=True))
     def get_error(self, run: Run) -> dict[str, Any] | None:
@@ -142,8 +140,34 @@ class TurnResponseSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    model = serializers.CharField(
+        read_only=True, help_text="The model the agent asked for, as `<profile>:<model>`."
+    )
+    response_model = serializers.CharField(
+        read_only=True,
+        help_text="The model that answered, as the provider names it (often a dated "
+        "version); empty until it answered.",
+    )
     response = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    finish_reason = serializers.ChoiceField(
+        choices=[("", ""), *((reason.value, reason.value) for reason in FinishReason)],
+        read_only=True,
+        help_text="Why the model stopped: `stop`, `tool_calls`, `length` (cut off by the "
+        "output limit), `content_filter` or `other`; empty until it answered.",
+    )
+    truncated = serializers.SerializerMethodField(
+        help_text="Whether the reply was cut off by the output length limit "
+        "(`finish_reason` is `length`)."
+    )
+    reasoning = serializers.CharField(
+        read_only=True, help_text="The thinking the model showed before it answered, if any."
+    )
+    retries = serializers.IntegerField(
+        read_only=True,
+        help_text="How many times the model was asked again after a retryable error "
+        "(each is a `model.retry` event).",
+    )
 
     class Meta:
         model = Turn
@@ -152,9 +176,14 @@ class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "run",
             "index",
             "model",
+            "response_model",
             "request_messages",
             "response",
+            "finish_reason",
+            "truncated",
+            "reasoning",
             "usage",
+            "retries",
             "latency_ms",
             "started_at",
             "ended_at",
@@ -166,12 +195,11 @@ class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return {"text": turn.response_text, "tool_calls": turn.response_tool_calls}
 
     @extend_schema_field(UsageSerializer)
-    def get_usage(self, turn: Turn) -> dict[str, int]:
-        return {
-            "input_tokens": turn.input_tokens,
-            "output_tokens": turn.output_tokens,
-            "total_tokens": turn.input_tokens + turn.output_tokens,
-        }
+    def get_usage(self, turn: Turn) -> dict[str, Any]:
+        return turn_usage_document(turn)
+
+    def get_truncated(self, turn: Turn) -> bool:
+        return turn.finish_reason == FinishReason.LENGTH
 
 
 class TurnWithToolCallsSerializer(TurnSerializer):

@@ -54,6 +54,7 @@ from runs_app.selectors import run_for_idempotency_key, runs_with_steps
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
+from sessions_app.selectors import sessions_with_usage
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # How the admin log words a decision on a waiting run's tool call.
@@ -354,7 +355,11 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 @extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
 @extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
 @extend_schema_view(
-    list=extend_schema(summary="List turns", description="Filter by run; oldest first."),
+    list=extend_schema(
+        summary="List turns",
+        description="Filter by run or session, and by whether the model showed its "
+        "reasoning; oldest first.",
+    ),
     retrieve=extend_schema(summary="Get a turn"),
 )
 class TurnViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
@@ -425,7 +430,7 @@ class SessionExportViewSet(ScopedViewSet):
     pagination_class = None
 
     def base_queryset(self) -> QuerySet[Session]:
-        return Session.objects.select_related("owner")
+        return sessions_with_usage(Session.objects.select_related("owner"))
 
     @extend_schema(
         summary="Export a session",

@@ -66,6 +66,15 @@ class SessionMemory:
     def keys(self) -> list[str]:
         return list(self.entries)
 
+    def facts(self, at: dt.datetime) -> list[tuple[str, str, str]]:
+        """What a run starting at ``at`` is told it remembers, as the runtime tells
+        it: (scope, key, value) of the live entries, by key."""
+        return [
+            (MemoryScope.SESSION, entry.key, entry.value)
+            for entry in sorted(self.entries.values(), key=lambda entry: entry.key)
+            if entry.expires_at is None or entry.expires_at > at
+        ]
+
     def apply(self, tool: str, arguments: dict[str, Any], writer: Writer) -> None:
         """What a call of ``tool`` that succeeded changed, if it changes memory."""
         change = self._changes.get(tool)

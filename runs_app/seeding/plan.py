@@ -223,6 +223,10 @@ class Odds:
         """How long a model had worked on a turn when its run stopped."""
         return dt.timedelta(milliseconds=self.rng.uniform(200, 5000))
 
+    def backoff(self, attempt: int) -> float:
+        """How long a retry of a model call waited: about a second, doubling."""
+        return float(2 ** (attempt - 1) + self.rng.uniform(0, 1))
+
     def output_tokens(self) -> int:
         return int(self.rng.uniform(5, 60))
 

@@ -13,10 +13,11 @@ from uuid import UUID
 
 from goaai.runtime import payloads
 from goaai.runtime.agents import AgentRegistry
+from goaai.runtime.loop import memory_message
 from goaai.runtime.payloads import Event
 from goaai.runtime.policy import Decision, Policy
-from goaai.runtime.types import Message, ToolCallRequest, ToolOutcome
-from goaai.runtime.vocabulary import RunStatus, ToolCallStatus
+from goaai.runtime.types import Message, ToolCallRequest, ToolOutcome, Usage
+from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.seeding.log import SessionLog
 from runs_app.seeding.memory import SessionMemory, Writer
@@ -60,6 +61,8 @@ class _Run:
     sent: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    # The seeded model has no price: every turn is unpriced.
+    unpriced_turns: int = 0
     output: str = ""
     awaiting: dict[str, Any] | None = None
     # Columns of the run's row that only some endings set.
@@ -151,6 +154,9 @@ class RunWriter:
         system = self.registry.get(agent).system_prompt
         if system:
             run.say(Message(role="system", content=system).as_dict())
+        facts = conversation.memory.facts(clock)
+        if facts:
+            run.say(memory_message(facts).as_dict())
         run.say(*conversation.history, Message(role="user", content=question).as_dict())
         labels = {"tier": shape.tier}
         run.event(payloads.run_created(agent=agent, input=question, labels=labels, parent_run=None))
@@ -204,20 +210,26 @@ class RunWriter:
             request_messages=turn.request,
             response_text=text,
             response_tool_calls=[call.as_dict() for call in calls],
+            finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             latency_ms=latency,
             started_at=turn.started_at,
             ended_at=run.clock,
         )
+        run.unpriced_turns += 1
         run.event(
             payloads.turn_completed(
-                turn=turn.id, index=turn.index, tool_calls=len(calls), latency_ms=latency
+                turn=turn.id,
+                index=turn.index,
+                tool_calls=len(calls),
+                latency_ms=latency,
+                finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
             )
         )
         if text:
             run.event(payloads.message_completed(turn=turn.id, text=text))
-        run.event(payloads.usage(turn=turn.id, input_tokens=tokens_in, output_tokens=tokens_out))
+        run.event(payloads.usage(turn=turn.id, used=Usage(tokens_in, tokens_out), cost=None))
 
     def _tool_turn(self, run: _Run, index: int, names: tuple[str, ...], *, waits: bool) -> None:
         """A turn whose reply asks for tools, then its calls, each answered to the
@@ -245,6 +257,7 @@ class RunWriter:
                     content=json.dumps(outcome.for_model(), default=str),
                     tool_call_id=call.id,
                     name=call.name,
+                    is_error=not outcome.ok,
                 ).as_dict()
             )
 
@@ -259,7 +272,7 @@ class RunWriter:
                 status=RunStatus.COMPLETED,
                 output=run.output,
                 usage=payloads.usage_totals(
-                    input_tokens=run.input_tokens, output_tokens=run.output_tokens
+                    Usage(run.input_tokens, run.output_tokens), None, run.unpriced_turns
                 ),
             )
         )
@@ -278,6 +291,21 @@ class RunWriter:
             started_at=turn.started_at,
         )
         kind, message, retryable = self.odds.run_error()
+        if retryable:
+            # Asked again within the agent's budget, each retry said in the log.
+            attempts = self.registry.get(run.conversation.agent).model_settings.retry_attempts
+            for attempt in range(1, attempts):
+                delay = self.odds.backoff(attempt)
+                run.event(
+                    payloads.model_retry(
+                        turn=turn.id,
+                        attempt=attempt,
+                        error_kind=kind,
+                        message=message,
+                        delay_seconds=delay,
+                    )
+                )
+                run.clock += dt.timedelta(seconds=delay) + self.odds.thinking()
         run.ending = {"error_kind": kind, "error_message": message, "error_retryable": retryable}
         run.event(
             payloads.run_ended(
@@ -409,6 +437,7 @@ class RunWriter:
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
             total_tokens=run.input_tokens + run.output_tokens,
+            unpriced_turns=run.unpriced_turns,
             awaiting=run.awaiting,
             awaiting_since=run.clock if waiting else None,
             created_at=created_at,

@@ -9,7 +9,7 @@ from goaai.runtime.vocabulary import (
     EventType,
 )
 from runs_app.timeline.references import uuid_or_none
-from runs_app.timeline.rows import EventRow
+from runs_app.timeline.rows import FINISH_REASONS, EventRow
 from runs_app.timeline.values import format_duration
 
 # An event's part in its pair: a head opens the pair (when it is not open yet), an
@@ -111,7 +111,11 @@ def _summary(kind: str, head: EventRow, last: EventRow) -> str:
         usage = next((f for f in head.folded if f.type == EventType.USAGE), None)
         message = next((f for f in head.folded if f.type == EventType.MESSAGE_COMPLETED), None)
         extra = [f.summary for f in (usage, message) if f is not None]
-        return " · ".join([head.summary, *extra])
+        finished = next((f for f in head.folded if f.type == EventType.TURN_COMPLETED), None)
+        reason = (
+            FINISH_REASONS.get(str(finished.data.get("finish_reason", ""))) if finished else None
+        )
+        return " · ".join([head.summary, *([reason] if reason else []), *extra])
     if last.type in TOOL_CALL_END_EVENT_TYPES:
         # "name · duration" or "name · error kind: message" says it all.
         return last.summary or head.summary

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import FAILED_RUN_STATUSES, RunStatus
 from runs_app.models import Run
 from runs_app.timeline.values import (
     Value,
+    format_cost,
     format_duration,
     make_value,
     one_line,
@@ -23,6 +26,7 @@ from runs_app.timeline.values import (
 )
 from runs_app.timeline.waits import WaitPeriod, waits
 from sessions_app.models import RunEvent, Session
+from sessions_app.selectors import session_run_totals, sessions_with_usage
 
 CHILD_RUNS_LIMIT = 50
 SESSION_RUNS_LIMIT = 200
@@ -87,6 +91,10 @@ class RunHeader:
     @property
     def failed(self) -> bool:
         return self.run.status in FAILED_RUN_STATUSES or bool(self.run.error_kind)
+
+    @property
+    def cost(self) -> str:
+        return format_cost(known_cost(self.run.cost, self.run.unpriced_turns))
 
     @property
     def canceled(self) -> bool:
@@ -177,6 +185,7 @@ class SessionRun:
     created_at: dt.datetime
     ended_at: dt.datetime | None
     total_tokens: int
+    cost: str
     url: str
 
     @property
@@ -202,9 +211,24 @@ class SessionHeader:
         # The session keeps the number of its newest event: the count, for free.
         return self.session.last_event_seq
 
+    @property
+    def totals(self) -> dict[str, Any]:
+        """What all of the session's runs add up to (not only those listed)."""
+        return session_run_totals(self.session, fields=SESSION_TOTALS)
+
+    @property
+    def cost(self) -> str:
+        totals = self.totals
+        return format_cost(known_cost(totals["cost"], totals["unpriced_turns"]))
+
+
+# What the session's header adds up over its runs.
+SESSION_TOTALS = ("total_tokens", "cost", "unpriced_turns")
+
 
 def session_for_timeline(session_id: UUID) -> Session | None:
-    return Session.objects.select_related("owner").filter(pk=session_id).first()
+    sessions = Session.objects.select_related("owner").filter(pk=session_id)
+    return sessions_with_usage(sessions, fields=SESSION_TOTALS).first()
 
 
 def session_header(session: Session) -> SessionHeader:
@@ -222,6 +246,8 @@ def session_header(session: Session) -> SessionHeader:
             "created_at",
             "ended_at",
             "total_tokens",
+            "cost",
+            "unpriced_turns",
             "paused_seconds",
             "awaiting_since",
         )[: SESSION_RUNS_LIMIT + 1]
@@ -236,6 +262,7 @@ def session_header(session: Session) -> SessionHeader:
             created_at=r["created_at"],
             ended_at=r["ended_at"],
             total_tokens=r["total_tokens"],
+            cost=format_cost(known_cost(r["cost"], r["unpriced_turns"])),
             url=reverse("admin:runs_app_run_timeline", args=[r["id"]]),
         )
         for r in rows[:SESSION_RUNS_LIMIT]

@@ -67,6 +67,16 @@ _EVENT_KEYS = (
     "scope",
     "agent",
     "latency_ms",
+    "finish_reason",
+    "error_kind",
+    "delay_seconds",
+    "message",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
 )
 
 

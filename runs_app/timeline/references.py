@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -13,10 +14,12 @@ from django.contrib.auth import get_user_model
 from django.db.models.functions import Length, Substr
 from django.urls import reverse
 
+from goaai.runtime.vocabulary import FinishReason
 from runs_app.models import ToolCall, Turn
 from runs_app.timeline.values import (
     DISPLAY_CAP,
     Value,
+    format_cost,
     format_duration,
     json_head,
     json_size,
@@ -55,12 +58,20 @@ class TurnInfo:
     run_id: UUID
     index: int
     model: str
+    response_model: str
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    cost: Decimal | None
+    finish_reason: str
+    retries: int
     latency_ms: int | None
     started_at: dt.datetime
     ended_at: dt.datetime | None
     response: Value
+    reasoning: Value
     messages_url: str
     response_tool_calls_url: str
     admin_url: str
@@ -68,6 +79,26 @@ class TurnInfo:
     @property
     def duration(self) -> str:
         return format_duration(seconds_between(self.started_at, self.ended_at))
+
+    @property
+    def cost_label(self) -> str:
+        """The turn's cost; "not answered yet" before its reply is recorded."""
+        if self.cost is None and self.ended_at is None:
+            return "not answered yet"
+        return format_cost(self.cost)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == FinishReason.LENGTH
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.cached_input_tokens
+            + self.cache_write_tokens
+            + self.output_tokens
+        )
 
     @property
     def latency(self) -> str:
@@ -117,41 +148,72 @@ def turns_by_id(ids: Iterable[UUID]) -> dict[UUID, TurnInfo]:
         .annotate(
             response_head=Substr("response_text", 1, DISPLAY_CAP + 1),
             response_size=Length("response_text"),
+            reasoning_head=Substr("reasoning", 1, DISPLAY_CAP + 1),
+            reasoning_size=Length("reasoning"),
         )
         .values(
             "id",
             "run_id",
             "index",
             "model",
+            "response_model",
             "input_tokens",
             "output_tokens",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cost",
+            "finish_reason",
+            "retries",
             "latency_ms",
             "started_at",
             "ended_at",
             "response_head",
             "response_size",
+            "reasoning_head",
+            "reasoning_size",
         )
     )
     return {row["id"]: _turn_info(row) for row in rows}
 
 
+def _cut_text(head: str | None, size: int | None, full_url: str) -> Value:
+    """A text column read cut in SQL (its first ``DISPLAY_CAP + 1`` characters)."""
+    return Value(
+        text=(head or "")[:DISPLAY_CAP],
+        truncated=(size or 0) > DISPLAY_CAP,
+        size=size or 0,
+        full_url=full_url,
+    )
+
+
 def _turn_info(row: dict[str, Any]) -> TurnInfo:
-    head = row["response_head"] or ""
     return TurnInfo(
         id=row["id"],
         run_id=row["run_id"],
         index=row["index"],
         model=row["model"],
+        response_model=row["response_model"],
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
+        cached_input_tokens=row["cached_input_tokens"],
+        cache_write_tokens=row["cache_write_tokens"],
+        reasoning_tokens=row["reasoning_tokens"],
+        cost=row["cost"],
+        finish_reason=row["finish_reason"],
+        retries=row["retries"],
         latency_ms=row["latency_ms"],
         started_at=row["started_at"],
         ended_at=row["ended_at"],
-        response=Value(
-            text=head[:DISPLAY_CAP],
-            truncated=(row["response_size"] or 0) > DISPLAY_CAP,
-            size=row["response_size"] or 0,
-            full_url=payload_url("turn", row["id"], "response"),
+        response=_cut_text(
+            row["response_head"],
+            row["response_size"],
+            payload_url("turn", row["id"], "response"),
+        ),
+        reasoning=_cut_text(
+            row["reasoning_head"],
+            row["reasoning_size"],
+            payload_url("turn", row["id"], "reasoning"),
         ),
         messages_url=payload_url("turn", row["id"], "request_messages"),
         response_tool_calls_url=payload_url("turn", row["id"], "response"),

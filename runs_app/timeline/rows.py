@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
@@ -16,9 +17,24 @@ from goaai.runtime.vocabulary import (
     SUCCESS_EVENT_TYPES,
     WAITING_EVENT_TYPES,
     EventType,
+    FinishReason,
 )
 from runs_app.timeline.references import ToolCallInfo, TurnInfo, uuid_or_none
-from runs_app.timeline.values import Value, format_duration, make_value, one_line
+from runs_app.timeline.values import (
+    Value,
+    format_cost,
+    format_duration,
+    format_tokens,
+    make_value,
+    one_line,
+)
+
+# How the timeline says why a model stopped (nothing for an ordinary stop).
+FINISH_REASONS: dict[str, str] = {
+    FinishReason.LENGTH: "cut off by the length limit",
+    FinishReason.CONTENT_FILTER: "stopped by the provider's content filter",
+    FinishReason.OTHER: "stopped for another reason",
+}
 
 
 @dataclass
@@ -97,6 +113,10 @@ def outcome(event_type: str, data: Mapping[str, Any]) -> str:
         return "failed" if data.get("decision") == "denied" else "succeeded"
     if event_type == EventType.POLICY_DECISION:
         return "failed" if data.get("verdict") == "stop" else "policy"
+    if event_type == EventType.MODEL_RETRY:
+        return "retried"
+    if event_type == EventType.TURN_COMPLETED and data.get("finish_reason") == FinishReason.LENGTH:
+        return "retried"
     return ""
 
 
@@ -127,6 +147,9 @@ def _turn(row: EventRow) -> str:
         parts.append(f"{data.get('tool_calls', 0)} tool call(s)")
         if data.get("latency_ms") is not None:
             parts.append(f"latency {format_duration(float(data['latency_ms']) / 1000)}")
+        reason = FINISH_REASONS.get(str(data.get("finish_reason", "")))
+        if reason:
+            parts.append(reason)
     if data.get("restarted"):
         parts.append("restarted")
     return " · ".join(parts)
@@ -136,9 +159,57 @@ def _message(row: EventRow) -> str:
     return f"{row.data.get('role', '')}: {one_line(row.data.get('text', ''))}"
 
 
+def _count(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def cost_of(value: Any) -> Decimal | None:
+    """A cost as an event carries it (a decimal string, or null: no price)."""
+    if value is None or value == "":
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return None
+
+
+def usage_line(data: Mapping[str, Any]) -> str:
+    """Tokens of each kind and the cost, as a usage event or a run's usage has them:
+    the kinds that are zero are left out."""
+    parts = [f"{format_tokens(_count(data.get('input_tokens')))} in"]
+    if _count(data.get("cached_input_tokens")):
+        parts.append(f"{format_tokens(_count(data['cached_input_tokens']))} cached")
+    if _count(data.get("cache_write_tokens")):
+        parts.append(f"{format_tokens(_count(data['cache_write_tokens']))} written to the cache")
+    out = f"{format_tokens(_count(data.get('output_tokens')))} out tokens"
+    if _count(data.get("reasoning_tokens")):
+        out += f" ({format_tokens(_count(data['reasoning_tokens']))} reasoning)"
+    parts.append(out)
+    if "cost" in data:
+        cost = cost_of(data["cost"])
+        parts.append("cost unknown" if cost is None else format_cost(cost))
+    return " · ".join(parts)
+
+
 def _usage(row: EventRow) -> str:
+    return usage_line(row.data)
+
+
+def _model_retry(row: EventRow) -> str:
     data = row.data
-    return f"{data.get('input_tokens', 0)} in · {data.get('output_tokens', 0)} out tokens"
+    try:
+        seconds = float(data.get("delay_seconds") or 0)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    # Backoffs are seconds long: tenths say enough.
+    delay = f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
+    text = f"Retried after {delay}: {data.get('error_kind', '')}"
+    if data.get("message"):
+        text += f" — {one_line(data['message'], 100)}"
+    return text + f" · attempt {data.get('attempt', '?')} failed"
 
 
 def _tool_call(row: EventRow) -> str:
@@ -229,6 +300,7 @@ _SUMMARIES: dict[str, Callable[[EventRow], str]] = {
     EventType.TURN_COMPLETED: _turn,
     EventType.MESSAGE_COMPLETED: _message,
     EventType.USAGE: _usage,
+    EventType.MODEL_RETRY: _model_retry,
     EventType.TOOL_CALL_SCHEDULED: _tool_call,
     EventType.TOOL_CALL_STARTED: _tool_call_started,
     EventType.TOOL_CALL_SUCCEEDED: _tool_call,

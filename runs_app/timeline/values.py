@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db.models import TextField
@@ -85,6 +86,30 @@ def one_line(value: Any, limit: int = 120) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_cost(cost: Decimal | None) -> str:
+    """A cost in US dollars an operator reads at a glance: $12.35, $0.0123, $0.00012
+    (two significant digits below a cent), $0; "unknown" without a price."""
+    if cost is None:
+        return "unknown"
+    if cost == 0:
+        return "$0"
+    amount = abs(cost)
+    if amount >= 1:
+        places = Decimal("0.01")
+    elif amount >= Decimal("0.01"):
+        places = Decimal("0.0001")
+    else:
+        # Two significant digits: the exponent of the first one, one place further.
+        places = Decimal(1).scaleb(amount.adjusted() - 1)
+    sign = "\u2212" if cost < 0 else ""
+    return f"{sign}${format(amount.quantize(places, rounding=ROUND_HALF_UP), 'f')}"
+
+
+def format_tokens(count: int) -> str:
+    """A token count with thousands separated: 12,345."""
+    return f"{count:,}"
 
 
 # Times

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField
+from goaai.api.usage import RunUsageSerializer, usage_document
 from goaai.runtime import rt
 from sessions_app.models import ApiToken, Session
+from sessions_app.selectors import session_run_totals
 
 
 class OwnerSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -22,6 +26,10 @@ class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     last_event_seq = serializers.IntegerField(
         read_only=True, help_text="The sequence number of the session's newest event."
     )
+    usage = serializers.SerializerMethodField(
+        help_text="What the session's runs (child runs included) add up to: tokens of "
+        "each kind and their cost."
+    )
 
     class Meta:
         model = Session
@@ -33,11 +41,16 @@ class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "metadata",
             "owner",
             "last_event_seq",
+            "usage",
             "created_at",
             "updated_at",
             "ended_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(RunUsageSerializer)
+    def get_usage(self, session: Session) -> dict[str, Any]:
+        return usage_document(SimpleNamespace(**session_run_totals(session)))
 
 
 class SessionCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -29,6 +29,7 @@ from sessions_app.api.serializers import (
     SessionUpdateSerializer,
 )
 from sessions_app.models import ApiToken, Session
+from sessions_app.selectors import sessions_with_usage
 
 
 @extend_validation_errors(["unknown_agent"], field_name="agent", actions=["create"])
@@ -62,7 +63,7 @@ class SessionViewSet(
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def base_queryset(self) -> QuerySet[Session]:
-        return Session.objects.select_related("owner")
+        return sessions_with_usage(Session.objects.select_related("owner"))
 
     @extend_schema(
         summary="Start a session",

@@ -107,8 +107,8 @@ def test_listing_agents_needs_authentication(db):
     assert body["errors"][0]["code"] == "not_authenticated"
 
 
-def test_agents_are_read_only(api):
+def test_only_staff_may_create_agents(api):
     response = api.post(AGENTS, {"id": "mine"}, format="json")
 
-    assert response.status_code == 405
+    assert response.status_code == 403
     assert response.json()["type"] == "client_error"

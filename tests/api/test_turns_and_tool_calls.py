@@ -115,7 +115,15 @@ def test_a_turn_shows_what_the_model_was_asked_and_answered(api, run):
         "text": "",
         "tool_calls": [{"id": "call_1", "name": "calculator", "arguments": {}}],
     }
-    assert body["usage"] == {"input_tokens": 40, "output_tokens": 6, "total_tokens": 46}
+    assert body["usage"] == {
+        "input_tokens": 40,
+        "output_tokens": 6,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
+        "total_tokens": 46,
+        "cost": None,
+    }
     assert body["latency_ms"] == 12
 
 

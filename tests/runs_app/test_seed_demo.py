@@ -338,8 +338,9 @@ def _message_shape(message: dict[str, Any]) -> tuple[Any, ...]:
 class Recorded:
     """What the test compares of a run."""
 
-    # How it ended, and how each of its tool calls did.
-    outcome: tuple[str, ...]
+    # How it ended (and whether its error was worth retrying: the model was asked
+    # again first), and how each of its tool calls did.
+    outcome: tuple[str | bool, ...]
     types: list[str]
     keys: dict[str, set[str]]
     messages: list[list[tuple[Any, ...]]]
@@ -353,7 +354,7 @@ def _recorded(run: Run) -> Recorded:
         keys.setdefault(event.type, set()).update(_paths(event.data))
     calls = run.tool_calls.order_by("turn__index", "index").values_list("status", flat=True)
     return Recorded(
-        outcome=(run.status, *calls),
+        outcome=(run.status, run.error_retryable, *calls),
         types=types,
         keys=keys,
         messages=[

@@ -17,6 +17,7 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition, NotFound
+from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import (
     RUN_TRANSITIONS,
     TERMINAL_RUN_STATUSES,
@@ -172,7 +173,7 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
         assert run.output == "The answer is 42."
         assert data == {
             "output": "The answer is 42.",
-            "usage": {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42},
+            "usage": {**Usage(30, 12).as_dict(), "cost": "0"},
         }
     elif move.name == "run_fail":
         assert (run.error_kind, run.error_message, run.error_retryable) == (

@@ -697,5 +697,10 @@ def test_token_usage_is_recorded_per_turn_and_summed_on_the_run(engine):
     assert engine.events(info.id, E.RUN_COMPLETED)[0]["usage"] == {
         "input_tokens": 33,
         "output_tokens": 12,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
         "total_tokens": 45,
+        "cost": None,
+        "unpriced_turns": 3,
     }

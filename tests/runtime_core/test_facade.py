@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from goaai.runtime.config import ProviderConfig, RuntimeConfig
+from goaai.runtime.config import RuntimeConfig
 from goaai.runtime.errors import ModelError
 from goaai.runtime.facade import Runtime
 from goaai.runtime.models import get_model_client
@@ -50,14 +50,16 @@ def test_a_provider_without_a_key_in_the_config_is_an_unavailable_model():
     rt = _runtime()
 
     with pytest.raises(ModelError) as raised:
-        get_model_client("openai:gpt-4o-mini", rt.config.providers)
+        get_model_client("openai:gpt-4o-mini", rt.config.profiles)
 
     assert (raised.value.kind, raised.value.retryable) == ("unavailable", False)
 
 
 def test_a_provider_key_in_the_config_builds_its_client():
-    rt = _runtime(providers={"openai": ProviderConfig(api_key="sk-test")})
+    rt = Runtime()
+    config = RuntimeConfig.from_values(environ={"OPENAI_API_KEY": "sk-test"})
+    rt.configure(config=config, executor="inline")
 
-    client = get_model_client("openai:gpt-4o-mini", rt.config.providers)
+    client = get_model_client("openai:gpt-4o-mini", rt.config.profiles)
 
     assert client.name == "openai:gpt-4o-mini"

@@ -19,7 +19,7 @@ from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.errors import ModelError
 from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import TurnLoop
-from goaai.runtime.models import ModelRequest
+from goaai.runtime.models import ModelRequest, ModelSettings
 from goaai.runtime.models.scripted import ScriptedModel
 from goaai.runtime.policy import Policy
 from goaai.runtime.types import ModelReply, RunContext, RunError, ToolCallRequest, Usage
@@ -83,6 +83,7 @@ class Harness:
         *,
         toolsets: tuple[str, ...] = ("calculator", "text"),
         clock: Callable[[], float] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> TurnLoop:
         agent = Agent(
             id="tester",
@@ -90,6 +91,7 @@ class Harness:
             model="fake-model",
             system_prompt="Be brief.",
             toolsets=toolsets,
+            model_settings=model_settings or ModelSettings(),
         )
 
         def publish(context: RunContext, turn_id: uuid.UUID, text: str) -> None:
@@ -214,10 +216,13 @@ def test_the_model_is_told_what_the_agent_remembers_for_the_session(tester):
 
     tester.loop(model).execute(tester.start())
 
-    system = model.requests[0].messages[0]
-    assert system.role == "system"
-    assert system.content == (
-        "Be brief.\n\nWhat you remember that applies here:\n"
+    prompt, remembered = model.requests[0].messages[:2]
+    # The agent's prompt first, the same in every run (what a prompt cache keys on);
+    # what it remembers for this session apart, after it.
+    assert (prompt.role, prompt.content) == ("system", "Be brief.")
+    assert remembered.role == "system"
+    assert remembered.content == (
+        "What you remember that applies here:\n"
         "- favourite colour: green (session)\n- name: Ada (user)"
     )
 
@@ -463,7 +468,9 @@ def test_a_model_error_fails_the_run_with_its_kind_message_and_retryable(tester)
     def script(request: ModelRequest, n: int) -> ModelReply:
         raise ModelError("rate_limited", "The provider asks us to slow down.", retryable=True)
 
-    info = tester.loop(FakeModel(script)).execute(run_id)
+    # No retries left (how retries go: test_model_retries.py).
+    loop = tester.loop(FakeModel(script), model_settings=ModelSettings(retry_attempts=1))
+    info = loop.execute(run_id)
 
     assert info.status == RunStatus.FAILED
     assert info.error == RunError(

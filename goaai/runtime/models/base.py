@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx2
+
+from goaai.runtime.config import ModelProfile
 from goaai.runtime.types import Message, ModelReply
 
 DeltaCallback = Callable[[str], None]
@@ -21,9 +24,49 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class ModelSettings:
+    """How an agent wants its model called; ``None`` leaves a setting to the provider.
+
+    ``max_output_tokens`` caps the reply (Anthropic requires a cap: its client sends
+    4096 when none is set); ``reasoning_effort`` is ``minimal``, ``low``, ``medium``
+    or ``high`` for models that reason (OpenAI's effort, Anthropic's thinking budget);
+    ``timeout_seconds`` bounds one request. ``retry_attempts`` and
+    ``retry_seconds`` are the budget for retrying retryable provider errors: at most
+    that many attempts in all, and no retry that would end after that many seconds.
+    """
+
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    reasoning_effort: str | None = None
+    timeout_seconds: float | None = None
+    retry_attempts: int = 5
+    retry_seconds: float = 120.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in MODEL_SETTING_NAMES}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ModelSettings:
+        values = {k: v for k, v in (data or {}).items() if k in MODEL_SETTING_NAMES}
+        return cls(**values)
+
+
+MODEL_SETTING_NAMES = (
+    "temperature",
+    "max_output_tokens",
+    "reasoning_effort",
+    "timeout_seconds",
+    "retry_attempts",
+    "retry_seconds",
+)
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+
+
+@dataclass(frozen=True)
 class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
+    settings: ModelSettings = field(default_factory=ModelSettings)
 
 
 class ModelClient(Protocol):
@@ -36,3 +79,16 @@ class ModelClient(Protocol):
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
         """Answer one turn."""
         ...
+
+
+def sdk_options(profile: ModelProfile) -> dict[str, Any]:
+    """How the official SDKs' clients are built for ``profile``: its key, URL,
+    timeouts and headers, and no retries of their own (goaai retries, with events a
+    person can see: :mod:`goaai.runtime.retry`)."""
+    return {
+        "api_key": profile.api_key,
+        "base_url": profile.base_url or None,
+        "timeout": httpx2.Timeout(profile.timeout_seconds, connect=profile.connect_timeout_seconds),
+        "max_retries": 0,
+        "default_headers": dict(profile.headers) or None,
+    }

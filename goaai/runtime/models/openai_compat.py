@@ -3,7 +3,30 @@
 That is OpenAI itself and, through ``base_url``, Ollama, vLLM, llama.cpp and most
 self-hosted servers. Replies are always streamed: text reaches ``on_delta`` as it is
 generated, tool calls are assembled from their fragments, and the token usage comes
-from the final chunk (``stream_options.include_usage``).
+from the chunk that carries it (``stream_options.include_usage``).
+
+Compatible servers stream the same reply in different shapes, and this client reads
+all of them:
+
+* Tool call fragments. OpenAI sends each call's id and name once, then argument
+  fragments under the call's ``index``. Ollama sends every call whole in its own
+  chunk, all of them at ``index`` 0; some servers leave ``index`` out, some resend
+  the id and name with every fragment, vLLM may send no id at all. A fragment
+  starts a new call when it carries an id other than the current call's at that
+  index, or (without an id) a name while the current call already has a name and
+  arguments that look whole; anything else continues the latest call. A call left
+  without an id gets one (``call_<24 hex>``).
+* Reasoning. vLLM, llama.cpp and Ollama stream a thinking model's reasoning as
+  ``reasoning_content`` (or ``reasoning``) deltas: it is kept apart in
+  :attr:`ModelReply.reasoning`, never mixed into the answer nor sent to
+  ``on_delta``. Chat Completions servers take no reasoning back, so the reply's
+  ``reasoning_state`` stays empty and an assistant message's is not sent.
+* Usage, in the last chunk (``choices: []``) or on the chunk with the
+  ``finish_reason``; cached prompt tokens and reasoning tokens from its details.
+* The end. A stream with tool calls is a ``tool_calls`` reply whatever
+  ``finish_reason`` says (Ollama says ``stop``); a stream that ends without any
+  ``finish_reason``, or whose connection breaks, is a retryable error rather than
+  a reply cut short.
 """
 
 from __future__ import annotations
@@ -12,9 +35,11 @@ import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import httpx2
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
     ChatCompletionChunk,
@@ -22,22 +47,38 @@ from openai.types.chat import (
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
+from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
+from openai.types.shared import ReasoningEffort
 
+from goaai.runtime.config import ModelProfile
 from goaai.runtime.errors import ModelError
-from goaai.runtime.models.base import DeltaCallback, ModelRequest, ToolSpec
+from goaai.runtime.models.base import (
+    DeltaCallback,
+    ModelRequest,
+    ModelSettings,
+    ToolSpec,
+    sdk_options,
+)
 from goaai.runtime.models.errors import (
     connection_error,
+    incomplete_error,
     parse_tool_arguments,
+    retry_after_seconds,
     status_error,
     timeout_error,
     unexpected_error,
 )
 from goaai.runtime.types import Message, ModelReply, ToolCallRequest, Usage
-from goaai.runtime.vocabulary import ErrorKind
+from goaai.runtime.vocabulary import ErrorKind, FinishReason
 
 
 def to_openai_messages(messages: Iterable[Message]) -> list[ChatCompletionMessageParam]:
-    """goaai messages in the Chat Completions shape; tool call arguments as JSON text."""
+    """goaai messages in the Chat Completions shape; tool call arguments as JSON text.
+
+    A failed tool's message goes as it is (the API has no error flag; its content
+    says what went wrong), and an assistant message's ``reasoning_state`` is left
+    out: Chat Completions servers reject fields they do not know.
+    """
     converted: list[ChatCompletionMessageParam] = []
     for message in messages:
         if message.role == "system":
@@ -89,9 +130,10 @@ def to_openai_tools(tools: Iterable[ToolSpec]) -> list[ChatCompletionFunctionToo
 
 @dataclass
 class _PartialToolCall:
-    """A tool call while its fragments arrive; every field is concatenated, as the
-    SDK's own accumulator does."""
+    """A tool call while its fragments arrive. ``index`` is the one the server gave
+    (``None`` when it gave none)."""
 
+    index: int | None
     id: str = ""
     name: str = ""
     arguments: str = ""
@@ -102,42 +144,44 @@ class _Reply:
     """What the stream has said so far."""
 
     text: str = ""
+    reasoning: str = ""
     model: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    # The server answered with an event stream (the request itself went through).
+    opened: bool = False
     chunks: int = 0
-    calls: dict[int, _PartialToolCall] = field(default_factory=dict)
+    calls: list[_PartialToolCall] = field(default_factory=list)
+
+
+# The Chat Completions finish reasons in goaai's words; any other is ``other``.
+_FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+# Where compatible servers put a reasoning model's thinking in a delta: vLLM,
+# llama.cpp and DeepSeek say ``reasoning_content``, Ollama and newer vLLM ``reasoning``.
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 class OpenAICompatibleModel:
-    """A Chat Completions model, named ``openai:<model>`` in an agent's settings."""
+    """A Chat Completions model, named ``<profile>:<model>`` in an agent's settings."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str,
-        base_url: str | None = None,
-        timeout: float = 60,
-        max_retries: int = 0,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> None:
+    def __init__(self, model: str, *, profile: ModelProfile) -> None:
         self.model = model
-        self.name = f"openai:{model}"
-        self.timeout = timeout
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self._client = openai.OpenAI(
-            api_key=api_key,
-            base_url=base_url or None,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
+        self.profile = profile
+        self.name = f"{profile.name}:{model}"
+        self.timeout = profile.timeout_seconds
+        self._client = openai.OpenAI(**sdk_options(profile))
 
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
         """Stream one reply. Provider failures are raised as :class:`ModelError`;
         an exception from ``on_delta`` is the caller's and passes through."""
+        settings = request.settings
         reply = _Reply()
         try:
             stream = self._client.chat.completions.create(
@@ -147,17 +191,34 @@ class OpenAICompatibleModel:
                 tools=to_openai_tools(request.tools) if request.tools else openai.omit,
                 stream=True,
                 stream_options={"include_usage": True},
-                temperature=self.temperature if self.temperature is not None else openai.omit,
-                max_tokens=self.max_tokens if self.max_tokens is not None else openai.omit,
+                temperature=(
+                    settings.temperature if settings.temperature is not None else openai.omit
+                ),
+                # ``max_tokens`` rather than OpenAI's newer ``max_completion_tokens``:
+                # Ollama, vLLM and llama.cpp all read it, and OpenAI still does.
+                max_tokens=(
+                    settings.max_output_tokens
+                    if settings.max_output_tokens is not None
+                    else openai.omit
+                ),
+                reasoning_effort=_reasoning_effort(settings),
+                timeout=(
+                    settings.timeout_seconds
+                    if settings.timeout_seconds is not None
+                    else openai.not_given
+                ),
             )
+            reply.opened = True
             with stream:
                 for chunk in stream:
                     self._absorb(chunk, reply, on_delta)
         except openai.OpenAIError as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, reply, settings) from exc
         except httpx2.TimeoutException as exc:
-            raise timeout_error(self.name, self.timeout) from exc
+            raise timeout_error(self.name, self._timeout(settings)) from exc
         except httpx2.TransportError as exc:
+            if reply.opened:
+                raise incomplete_error(self.name, str(exc)) from exc
             raise connection_error(self.name, str(self._client.base_url), str(exc)) from exc
 
         if reply.chunks == 0:
@@ -167,18 +228,28 @@ class OpenAICompatibleModel:
                 f"{self.name}: the server sent no streamed chunks; "
                 "does it support stream=True on /chat/completions?",
             )
+        if reply.finish_reason is None:
+            # Cut off (a proxy's timeout, a server restarting) after some chunks: what
+            # arrived may be half an answer or half a tool call.
+            raise incomplete_error(self.name, "no chunk said why the reply finished.")
+        calls = tuple(
+            ToolCallRequest(
+                id=call.id or f"call_{uuid.uuid4().hex[:24]}",
+                name=call.name,
+                arguments=parse_tool_arguments(call.arguments),
+            )
+            for call in reply.calls
+        )
+        finish = _FINISH_REASONS.get(reply.finish_reason, FinishReason.OTHER)
+        if calls and finish == FinishReason.STOP:
+            finish = FinishReason.TOOL_CALLS
         return ModelReply(
             text=reply.text,
-            tool_calls=tuple(
-                ToolCallRequest(
-                    id=call.id or f"call_{uuid.uuid4().hex[:24]}",
-                    name=call.name,
-                    arguments=parse_tool_arguments(call.arguments),
-                )
-                for _, call in sorted(reply.calls.items())
-            ),
-            usage=Usage(reply.input_tokens, reply.output_tokens),
+            tool_calls=calls,
+            usage=reply.usage,
             model=reply.model or self.model,
+            finish_reason=finish,
+            reasoning=reply.reasoning,
         )
 
     def _absorb(
@@ -188,41 +259,147 @@ class OpenAICompatibleModel:
         if chunk.model and not reply.model:
             reply.model = chunk.model
         if chunk.usage is not None:
-            reply.input_tokens = chunk.usage.prompt_tokens
-            reply.output_tokens = chunk.usage.completion_tokens
+            # Sent once, or (vLLM's continuous usage) growing with every chunk.
+            reply.usage = _usage(chunk.usage)
         for choice in chunk.choices:
-            if choice.index != 0:
+            if (choice.index or 0) != 0:
                 continue
-            delta = choice.delta
-            # A refusal is what the model said instead of an answer.
-            for piece in (delta.content, delta.refusal):
-                if piece:
-                    reply.text += piece
-                    if on_delta is not None:
-                        on_delta(piece)
-            for fragment in delta.tool_calls or ():
-                call = reply.calls.setdefault(fragment.index, _PartialToolCall())
-                call.id += fragment.id or ""
-                if fragment.function is not None:
-                    call.name += fragment.function.name or ""
-                    call.arguments += fragment.function.arguments or ""
+            if choice.finish_reason:
+                reply.finish_reason = choice.finish_reason
+            _absorb_delta(choice.delta, reply, on_delta)
 
-    def _translate(self, exc: openai.OpenAIError) -> ModelError:
-        if isinstance(exc, openai.APITimeoutError):
-            return timeout_error(self.name, self.timeout)
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__
-            return connection_error(
-                self.name, str(self._client.base_url), str(cause) if cause else exc.message
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return status_error(
-                self.name,
-                exc.status_code,
-                exc.body if exc.body is not None else exc.message,
-                retry_after=exc.response.headers.get("retry-after"),
-            )
-        if isinstance(exc, openai.APIError):
-            # An error object sent inside the stream, after a 200.
-            return status_error(self.name, 200, exc.body if exc.body is not None else exc.message)
-        return unexpected_error(self.name, exc)
+    def _timeout(self, settings: ModelSettings) -> float:
+        return settings.timeout_seconds if settings.timeout_seconds is not None else self.timeout
+
+    def _translate(
+        self, exc: openai.OpenAIError, reply: _Reply, settings: ModelSettings
+    ) -> ModelError:
+        return translate_openai_error(
+            exc,
+            name=self.name,
+            base_url=str(self._client.base_url),
+            timeout=self._timeout(settings),
+            opened=reply.opened,
+        )
+
+
+def translate_openai_error(
+    exc: openai.OpenAIError, *, name: str, base_url: str, timeout: float, opened: bool
+) -> ModelError:
+    """The :class:`ModelError` for a failure the ``openai`` SDK raised, whichever of
+    its APIs (Chat Completions, Responses) was called; ``opened`` when the stream had
+    begun."""
+    if isinstance(exc, openai.APITimeoutError):
+        return timeout_error(name, timeout)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        detail = str(cause) if cause else exc.message
+        if opened:
+            # The SDK reports a connection that broke mid-stream the same way as
+            # one that could not be made.
+            return incomplete_error(name, detail)
+        return connection_error(name, base_url, detail)
+    if isinstance(exc, openai.APIStatusError):
+        return status_error(
+            name,
+            exc.status_code,
+            exc.body if exc.body is not None else exc.message,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, openai.APIError):
+        # An error sent inside the stream, after the 200 (Chat Completions' error
+        # object, or a Responses error event with its fields nested under "error").
+        return status_error(name, 200, exc.body if exc.body is not None else exc.message)
+    return unexpected_error(name, exc)
+
+
+def _absorb_delta(delta: ChoiceDelta, reply: _Reply, on_delta: DeltaCallback | None) -> None:
+    reply.reasoning += _reasoning(delta)
+    # A refusal is what the model said instead of an answer.
+    for piece in (delta.content, delta.refusal):
+        if piece:
+            reply.text += piece
+            if on_delta is not None:
+                on_delta(piece)
+    for fragment in delta.tool_calls or ():
+        _absorb_tool_call(reply.calls, fragment)
+
+
+def _absorb_tool_call(calls: list[_PartialToolCall], fragment: ChoiceDeltaToolCall) -> None:
+    """Add one streamed tool call fragment to the calls assembled so far."""
+    # Typed as always there, but some servers leave it out.
+    index: int | None = fragment.index
+    call_id = fragment.id or ""
+    name = (fragment.function.name if fragment.function else None) or ""
+    arguments = (fragment.function.arguments if fragment.function else None) or ""
+    current = _latest_call(calls, index)
+    if current is None or _starts_new_call(current, call_id, name):
+        current = _PartialToolCall(index=index)
+        calls.append(current)
+    # An id or name sent again is the same call's, not more of it.
+    if call_id and not current.id:
+        current.id = call_id
+    if name and not current.name:
+        current.name = name
+    current.arguments += arguments
+
+
+def _latest_call(calls: list[_PartialToolCall], index: int | None) -> _PartialToolCall | None:
+    """The call a fragment continues unless it starts one: the latest at its index,
+    or the latest of all for a fragment without an index."""
+    if index is None:
+        return calls[-1] if calls else None
+    return next((call for call in reversed(calls) if call.index == index), None)
+
+
+def _starts_new_call(current: _PartialToolCall, call_id: str, name: str) -> bool:
+    if call_id and current.id:
+        return call_id != current.id
+    if not name or not current.name:
+        return False
+    # Without ids to go by: a name once the arguments look whole is the next call
+    # (the same name resent with every fragment of one call is not), and so is
+    # another name when the current call has no arguments at all.
+    if _looks_whole(current.arguments):
+        return True
+    return name != current.name and not current.arguments.strip()
+
+
+def _looks_whole(arguments: str) -> bool:
+    if not arguments.strip():
+        return False
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
+def _reasoning(delta: ChoiceDelta) -> str:
+    """The reasoning text a compatible server put in a delta (an extra field the
+    SDK keeps as an attribute), or ``""``."""
+    for name in _REASONING_FIELDS:
+        value = getattr(delta, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _usage(usage: CompletionUsage) -> Usage:
+    prompt = usage.prompt_tokens or 0
+    prompt_details = usage.prompt_tokens_details
+    cached = (prompt_details.cached_tokens or 0) if prompt_details else 0
+    cache_write = (prompt_details.cache_write_tokens or 0) if prompt_details else 0
+    completion_details = usage.completion_tokens_details
+    return Usage(
+        input_tokens=max(0, prompt - cached - cache_write),
+        output_tokens=usage.completion_tokens or 0,
+        cached_input_tokens=cached,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=((completion_details.reasoning_tokens or 0) if completion_details else 0),
+    )
+
+
+def _reasoning_effort(settings: ModelSettings) -> ReasoningEffort | openai.Omit:
+    if settings.reasoning_effort is None:
+        return openai.omit
+    return cast(ReasoningEffort, settings.reasoning_effort)

@@ -255,12 +255,15 @@ def test_scripted_rule_end_to_end(inline_runtime, owner, fixed_clock, rule):
     assert [t.index for t in turns] == list(range(2 if rule.tool else 1))
     first = turns[0]
     system, *conversation = first.request_messages
-    assert system["role"] == "system"
-    assert system["content"].startswith(ASSISTANT.system_prompt)
+    assert (system["role"], system["content"]) == ("system", ASSISTANT.system_prompt)
+    # What the agent remembers comes apart, after its prompt.
     if rule.remembered:
-        assert rule.remembered in system["content"].splitlines()
+        remembered, *conversation = conversation
+        assert remembered["role"] == "system"
+        assert remembered["content"].startswith("What you remember that applies here:")
+        assert rule.remembered in remembered["content"].splitlines()
     else:
-        assert "What you remember" not in system["content"]
+        assert not any("What you remember" in m["content"] for m in first.request_messages)
     assert _content(conversation) == [*history, ("user", rule.prompt)]
     if not rule.tool:
         assert (first.response_text, first.response_tool_calls) == (rule.answer, [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -32,6 +33,7 @@ from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import TurnLoop
 from goaai.runtime.models.scripted import ScriptedModel
 from goaai.runtime.policy import Decision
+from goaai.runtime.pricing import Price, cost_of
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import (
     Message,
@@ -46,14 +48,16 @@ from goaai.runtime.types import (
     TurnState,
     Usage,
 )
-from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
-from runs_app.models import Run, Turn
+from goaai.runtime.vocabulary import EventType, FinishReason, RunStatus, ToolCallStatus
+from runs_app.models import ModelPrice, Run, Turn
 from runs_app.store import OrmRunStore
 from sessions_app.models import RunEvent
 from tests.factories import UserFactory
 
 E = EventType
 LEASE = 60.0
+# What a usage event says of its turn: each kind of token, the total, the cost.
+USAGE_KEYS = sorted(["turn", *Usage().as_dict(), "cost"])
 
 
 @dataclass
@@ -72,6 +76,8 @@ class Harness:
     lose_worker: Callable[[UUID], None]
     # Make the run look ``seconds`` older: created and last changed that long ago.
     age: Callable[[UUID, float], None]
+    # Put a price for a model (as agents name it) in force from a moment on.
+    price: Callable[[str, dt.datetime, Price], None]
 
     # Shortcuts for the steps most tests need
 
@@ -96,11 +102,11 @@ class Harness:
         assert self.store.claim_run(run.id, owner="w1", lease_seconds=LEASE) is not None
         return self.store.get_run(run.id)
 
-    def turn(self, run_id: UUID, index: int = 0) -> UUID:
+    def turn(self, run_id: UUID, index: int = 0, model: str = "scripted") -> UUID:
         return self.store.start_turn(
             run_id=run_id,
             index=index,
-            model="scripted",
+            model=model,
             messages=[{"role": "user", "content": "hello"}],
         )
 
@@ -144,6 +150,9 @@ def _memory_harness() -> Harness:
         run.created_at -= dt.timedelta(seconds=seconds)
         run.updated_at -= dt.timedelta(seconds=seconds)
 
+    def price(model: str, since: dt.datetime, price: Price) -> None:
+        store._prices = (*store._prices, (model, since, price))
+
     return Harness(
         kind="memory",
         store=store,
@@ -153,6 +162,7 @@ def _memory_harness() -> Harness:
         turns=store.turns,
         lose_worker=lose_worker,
         age=age,
+        price=price,
     )
 
 
@@ -186,6 +196,8 @@ def _orm_turns(run_id: UUID) -> tuple[TurnState, ...]:
                 )
                 for call in sorted(turn.tool_calls.all(), key=lambda call: call.index)
             ),
+            finish_reason=turn.finish_reason,
+            reasoning_state=tuple(turn.reasoning_state),
         )
         for turn in turns
     )
@@ -207,6 +219,19 @@ def _orm_harness() -> Harness:
             created_at=run.created_at - delta, updated_at=run.updated_at - delta
         )
 
+    def price(model: str, since: dt.datetime, price: Price) -> None:
+        profile, _, name = model.partition(":")
+        ModelPrice.objects.create(
+            profile=profile,
+            model=name,
+            effective_from=since,
+            input_per_million=price.input,
+            output_per_million=price.output,
+            cached_input_per_million=price.cached_input,
+            cache_write_per_million=price.cache_write,
+            reasoning_per_million=price.reasoning,
+        )
+
     return Harness(
         kind="orm",
         store=OrmRunStore(),
@@ -216,6 +241,7 @@ def _orm_harness() -> Harness:
         turns=_orm_turns,
         lose_worker=lose_worker,
         age=age,
+        price=price,
     )
 
 
@@ -826,10 +852,25 @@ def test_a_turn_records_what_was_sent_and_what_came_back(h):
     run = h.claimed()
 
     turn = h.turn(run.id)
+    used = Usage(
+        input_tokens=7,
+        output_tokens=12,
+        cached_input_tokens=30,
+        cache_write_tokens=4,
+        reasoning_tokens=10,
+    )
     h.store.complete_turn(
         turn_id=turn,
-        reply=ModelReply(text="Hello!", usage=Usage(input_tokens=7, output_tokens=2), model="m-2"),
+        reply=ModelReply(
+            text="Hello!",
+            usage=used,
+            model="m-2",
+            finish_reason=FinishReason.LENGTH,
+            reasoning="Say hello.",
+            reasoning_state=({"type": "thinking", "thinking": "Say hello.", "signature": "s"},),
+        ),
         latency_ms=12,
+        retries=2,
     )
     second = h.turn(run.id, index=1)
     h.store.complete_turn(
@@ -839,7 +880,14 @@ def test_a_turn_records_what_was_sent_and_what_came_back(h):
     first_state, _ = h.turns(run.id)
     assert (first_state.id, first_state.index, first_state.ended) == (turn, 0, True)
     assert (first_state.response_text, first_state.response_tool_calls) == ("Hello!", ())
-    assert h.store.get_run(run.id).usage == Usage(input_tokens=10, output_tokens=3)
+    assert first_state.finish_reason == FinishReason.LENGTH
+    assert first_state.reasoning_state == (
+        {"type": "thinking", "thinking": "Say hello.", "signature": "s"},
+    )
+    # Each kind is kept apart, on the turn's event and summed on the run.
+    summed = h.store.get_run(run.id)
+    assert summed.usage == used + Usage(3, 1)
+    assert (summed.usage.total_tokens, summed.cost) == (57, None)
     started, completed, message, usage = h.events(run.session_id)[3:7]
     assert [started["type"], completed["type"], message["type"], usage["type"]] == [
         E.TURN_STARTED,
@@ -848,13 +896,81 @@ def test_a_turn_records_what_was_sent_and_what_came_back(h):
         E.USAGE,
     ]
     assert started["data"] == {"turn": str(turn), "index": 0, "model": "scripted"}
-    assert completed["data"] == {"turn": str(turn), "index": 0, "tool_calls": 0, "latency_ms": 12}
+    assert completed["data"] == {
+        "turn": str(turn),
+        "index": 0,
+        "tool_calls": 0,
+        "latency_ms": 12,
+        "finish_reason": "length",
+        "truncated": True,
+    }
     assert message["data"] == {"turn": str(turn), "role": "assistant", "text": "Hello!"}
     assert usage["data"] == {
         "turn": str(turn),
         "input_tokens": 7,
-        "output_tokens": 2,
-        "total_tokens": 9,
+        "output_tokens": 12,
+        "cached_input_tokens": 30,
+        "cache_write_tokens": 4,
+        "reasoning_tokens": 10,
+        "total_tokens": 53,
+        "cost": None,
+    }
+
+
+def test_a_turns_cost_is_its_usage_at_the_price_in_force_when_it_was_recorded(h):
+    run = h.claimed()
+    now = dt.datetime.now(tz=dt.UTC)
+    old = Price(input=Decimal("2"), output=Decimal("8"))
+    current = Price(
+        input=Decimal("3"),
+        output=Decimal("15"),
+        cached_input=Decimal("0.3"),
+        cache_write=Decimal("3.75"),
+        reasoning=Decimal("20"),
+    )
+    h.price("openai:gpt-x", now - dt.timedelta(days=30), old)
+    h.price("openai:gpt-x", now - dt.timedelta(days=1), current)
+    # A price that takes effect later changes nothing recorded now.
+    h.price("openai:gpt-x", now + dt.timedelta(days=1), Price(Decimal(100), Decimal(100)))
+    used = Usage(1000, 500, cached_input_tokens=2000, cache_write_tokens=100, reasoning_tokens=200)
+
+    priced = h.turn(run.id, model="openai:gpt-x")
+    h.store.complete_turn(turn_id=priced, reply=ModelReply(text="a", usage=used), latency_ms=1)
+    unpriced = h.turn(run.id, index=1, model="local:qwen3")
+    h.store.complete_turn(
+        turn_id=unpriced, reply=ModelReply(text="b", usage=Usage(10, 10)), latency_ms=1
+    )
+
+    # 1000 x 3 + 2000 x 0.3 + 100 x 3.75 + 300 x 15 + 200 x 20, per million.
+    expected = Decimal("0.012475")
+    assert cost_of(used, current) == expected
+    costs = [e["data"]["cost"] for e in h.events(run.session_id) if e["type"] == E.USAGE]
+    assert costs == ["0.012475", None]
+    assert h.store.get_run(run.id).cost == expected
+    ended = h.store.finish_run(run_id=run.id, status=RunStatus.COMPLETED, output="b")
+    assert ended.cost == expected
+    summed = h.last(run.session_id, E.RUN_COMPLETED)["usage"]
+    assert (summed["cost"], summed["unpriced_turns"]) == ("0.012475", 1)
+
+
+def test_a_retried_model_call_is_recorded_with_its_error_and_delay(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+
+    h.store.model_retry(
+        turn_id=turn,
+        attempt=1,
+        error_kind="rate_limited",
+        message="openai:gpt-x: the provider is rate limiting us (HTTP 429)",
+        delay_seconds=2.25,
+    )
+
+    assert h.last(run.session_id, E.MODEL_RETRY) == {
+        "turn": str(turn),
+        "attempt": 1,
+        "error_kind": "rate_limited",
+        "message": "openai:gpt-x: the provider is rate limiting us (HTTP 429)",
+        "delay_seconds": 2.25,
     }
 
 
@@ -1174,7 +1290,16 @@ def test_only_a_running_run_can_wait_for_input(h):
             None,
             {
                 "output": "All done.",
-                "usage": {"input_tokens": 4, "output_tokens": 2, "total_tokens": 6},
+                "usage": {
+                    "input_tokens": 4,
+                    "output_tokens": 2,
+                    "cached_input_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "reasoning_tokens": 0,
+                    "total_tokens": 6,
+                    "cost": None,
+                    "unpriced_turns": 1,
+                },
             },
         ),
         (
@@ -1643,16 +1768,16 @@ def test_the_log_numbers_a_sessions_events_from_one_without_gaps(h):
         (E.POLICY_DECISION, ["reason", "rule", "verdict"]),
         (E.RUN_STARTED, ["agent", "worker"]),
         (E.TURN_STARTED, ["index", "model", "turn"]),
-        (E.TURN_COMPLETED, ["index", "latency_ms", "tool_calls", "turn"]),
-        (E.USAGE, ["input_tokens", "output_tokens", "total_tokens", "turn"]),
+        (E.TURN_COMPLETED, ["finish_reason", "index", "latency_ms", "tool_calls", "turn"]),
+        (E.USAGE, USAGE_KEYS),
         (E.TOOL_CALL_SCHEDULED, ["arguments", "name", "requires_approval", "tool_call"]),
         (E.TOOL_CALL_STARTED, ["attempt", "name", "tool_call"]),
         (E.MEMORY_STORED, ["action", "entry", "key", "scope", "version", "written_by"]),
         (E.TOOL_CALL_SUCCEEDED, ["duration_ms", "name", "result", "tool_call"]),
         (E.TURN_STARTED, ["index", "model", "turn"]),
-        (E.TURN_COMPLETED, ["index", "latency_ms", "tool_calls", "turn"]),
+        (E.TURN_COMPLETED, ["finish_reason", "index", "latency_ms", "tool_calls", "turn"]),
         (E.MESSAGE_COMPLETED, ["role", "text", "turn"]),
-        (E.USAGE, ["input_tokens", "output_tokens", "total_tokens", "turn"]),
+        (E.USAGE, USAGE_KEYS),
         (E.RUN_COMPLETED, ["output", "usage"]),
         (E.SESSION_ENDED, ["ended_at", "runs_canceled"]),
     ]
@@ -1660,7 +1785,11 @@ def test_the_log_numbers_a_sessions_events_from_one_without_gaps(h):
     assert runs == [None] + [str(run.id)] * 15 + [None]
     assert events[-2]["data"] == {
         "output": "42",
-        "usage": {"input_tokens": 21, "output_tokens": 4, "total_tokens": 25},
+        "usage": {
+            **Usage(21, 4).as_dict(),
+            "cost": None,
+            "unpriced_turns": 2,
+        },
     }
     assert all(dt.datetime.fromisoformat(e["created_at"]).tzinfo is not None for e in events)
     # Each session counts on its own.
@@ -1736,8 +1865,41 @@ def test_the_turn_loop_leaves_the_same_record_on_either_store(h):
     assert h.store.memory_keys(scope="session", session_id=session.id) == []
     # The second run was shown the first as the conversation so far.
     first_turn = h.turns(forget.id)[0]
-    assert [m.content for m in first_turn.request_messages[1:]] == [
+    # After the agent's prompt, what it remembers, apart (the prompt stays cacheable).
+    prompt, remembered = first_turn.request_messages[:2]
+    assert (prompt.role, prompt.content) == ("system", ASSISTANT.system_prompt)
+    assert (remembered.role, remembered.content) == (
+        "system",
+        "What you remember that applies here:\n- favourite colour: green (session)",
+    )
+    assert [m.content for m in first_turn.request_messages[2:]] == [
         "remember my favourite colour is green",
         "Got it. I'll remember in this conversation that your favourite colour is green.",
         "forget everything",
     ]
+
+
+# Agent versions
+
+
+def test_a_run_records_the_version_of_its_agent_and_executes_it(h):
+    session = h.session()
+    v1 = {**ASSISTANT.as_dict(), "system_prompt": "Version one."}
+    v2 = {**ASSISTANT.as_dict(), "system_prompt": "Version two."}
+
+    first = h.run(session, definition=v1)
+    again = h.run(session, definition=v1)
+    changed = h.run(session, definition=v2)
+    back = h.run(session, definition=v1)
+
+    assert [r.agent_version for r in (first, again, changed, back)] == [1, 1, 2, 1]
+    assert h.store.get_run(changed.id).agent_version == 2
+    context = h.store.claim_run(changed.id, owner="w1", lease_seconds=LEASE)
+    assert context is not None
+    assert context.definition == v2
+    # Without a definition the run executes the agent as it is when it starts.
+    plain = h.run(session)
+    assert h.store.get_run(plain.id).agent_version is None
+    context = h.store.claim_run(plain.id, owner="w1", lease_seconds=LEASE)
+    assert context is not None
+    assert context.definition is None

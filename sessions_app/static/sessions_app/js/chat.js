@@ -8,6 +8,7 @@ import { loadMemory, startDrawer } from "./drawer.js";
 import { applyDelta, applyEvent } from "./events.js";
 import { startHeader } from "./header.js";
 import { startPage } from "./page.js";
+import { loadSessionReasoning } from "./reasoning.js";
 import { renderRun } from "./render.js";
 import { scrollToBottom, startScroll } from "./scroll.js";
 import { startSessionList } from "./session-list.js";
@@ -27,6 +28,7 @@ function onFirstCatchUp() {
   updateComposer();
   scrollToBottom();
   loadMemory();
+  loadSessionReasoning();
   if (!activeRun() && state.sessionStatus !== "ended" && !isTyping({ target: document.activeElement })) focusComposer({ preventScroll: true });
 }
 

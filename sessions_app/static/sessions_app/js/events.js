@@ -6,10 +6,31 @@ import { announce, el } from "./dom.js";
 import { refreshMemorySoon } from "./drawer.js";
 import { formatDuration } from "./format.js";
 import { setSessionStatus, setTitle } from "./header.js";
-import { ensureRun, renderRun, setMessageText, showRunError, step, turnMessage } from "./render.js";
+import { loadRunReasoning } from "./reasoning.js";
+import { ensureRun, markCutOff, renderRun, setMessageText, showRunError, step, turnMessage, turnSlot } from "./render.js";
 import { showPending } from "./respond.js";
 import { rendered } from "./scroll.js";
 import { state, who } from "./state.js";
+import { addTurnUsage } from "./usage.js";
+
+// Why a model call is retried, in the words of its error kind.
+const RETRY_REASONS = {
+  rate_limited: "the provider is rate limiting us",
+  unavailable: "the provider is unavailable for a moment",
+  timeout: "the model took too long to answer",
+  internal: "the provider had an error",
+};
+
+// Why a model stopped, when it is worth saying (an ordinary stop is not).
+const FINISH_NOTES = {
+  length: "cut off by the length limit",
+  content_filter: "stopped by the provider's content filter",
+};
+
+function formatSeconds(seconds) {
+  const value = Number(seconds) || 0;
+  return value < 60 ? `${value < 10 ? value.toFixed(1).replace(/\.0$/, "") : Math.round(value)} s` : formatDuration(value * 1000);
+}
 
 /** Announces to screen readers, but not while the history is being replayed. */
 function say(text) {
@@ -48,6 +69,7 @@ const handlers = {
     step(run, "Started", event.created_at);
   },
   "turn.started"(event, run) {
+    turnSlot(run, event.data.turn);
     run.activity = "Thinking…";
     step(run, `Turn ${event.data.index + 1}: asked the model (${event.data.model})${event.data.restarted ? " again after a restart" : ""}`, event.created_at);
   },
@@ -57,20 +79,34 @@ const handlers = {
     setMessageText(message, event.data.text || "");
     message.completed = true;
     message.el.classList.remove("is-streaming");
+    if (state.cutOff.has(event.data.turn)) markCutOff(message);
   },
   "turn.completed"(event, run) {
+    const cutOff = Boolean(event.data.truncated) || event.data.finish_reason === "length";
+    if (cutOff) state.cutOff.add(event.data.turn);
     const message = state.turns.get(event.data.turn);
     if (message) {
       message.el.classList.remove("is-streaming");
       if (!message.text) message.el.remove();
+      else if (cutOff) markCutOff(message);
     }
     const calls = event.data.tool_calls ? `, asked for ${event.data.tool_calls} tool call${event.data.tool_calls === 1 ? "" : "s"}` : "";
-    step(run, `Turn ${event.data.index + 1}: the model answered in ${formatDuration(event.data.latency_ms)}${calls}`, event.created_at);
+    const note = FINISH_NOTES[event.data.finish_reason];
+    step(run, `Turn ${event.data.index + 1}: the model answered in ${formatDuration(event.data.latency_ms)}${calls}${note ? ` (${note})` : ""}`, event.created_at, note ? "warn" : "");
+    if (state.caughtUp) loadRunReasoning(run.id);
+  },
+  "model.retry"(event, run) {
+    // What the failed attempt streamed is not the answer: the next attempt writes it.
+    const message = state.turns.get(event.data.turn);
+    if (message && !message.completed) setMessageText(message, "");
+    const why = RETRY_REASONS[event.data.error_kind] || `the model call failed (${event.data.error_kind || "error"})`;
+    const wait = formatSeconds(event.data.delay_seconds);
+    run.activity = `Retrying in ${wait}: ${why}…`;
+    step(run, `Retrying in ${wait}: ${why}${event.data.message ? ` — ${event.data.message}` : ""}`, event.created_at, "warn");
+    say(`Retrying in ${wait}: ${why}`);
   },
   usage(event, run) {
-    run.usage.input_tokens += event.data.input_tokens || 0;
-    run.usage.output_tokens += event.data.output_tokens || 0;
-    run.usage.total_tokens += event.data.total_tokens || 0;
+    addTurnUsage(run.usage, event.data);
   },
   "tool_call.scheduled"(event, run) {
     const card = ensureCard(event.data.tool_call, run.id, { name: event.data.name, arguments: event.data.arguments });

@@ -5,6 +5,7 @@ import { copyButton } from "./clipboard.js";
 import { $, el, uid } from "./dom.js";
 import { formatDuration, formatTime } from "./format.js";
 import { TERMINAL, answerText, answerWithTools, config, state, stateChanged, waitingFor } from "./state.js";
+import { emptyUsage, usageLine } from "./usage.js";
 
 const transcript = $("#transcript");
 
@@ -25,7 +26,7 @@ export function ensureRun(runId, info = {}) {
     status: "pending",
     activity: "",
     awaiting: null,
-    usage: { input_tokens: 0, output_tokens: 0, total_tokens: 0 },
+    usage: emptyUsage(),
     startedAt: null,
     endedAt: null,
     output: "",
@@ -144,8 +145,10 @@ export function renderRun(run) {
   run.el.dataset.status = run.status;
   run.el.classList.toggle("is-interrupted", state.interrupted.has(run.id) && run.status === "running");
   run.statusText.textContent = statusLine(run);
-  const u = run.usage;
-  run.usageText.textContent = u.total_tokens ? `${u.total_tokens.toLocaleString()} tokens (${u.input_tokens.toLocaleString()} in · ${u.output_tokens.toLocaleString()} out)` : "";
+  const usage = usageLine(run.usage);
+  run.usageText.textContent = usage.text;
+  if (usage.title) run.usageText.title = usage.title;
+  else run.usageText.removeAttribute("title");
   run.actions.hidden = !TERMINAL.has(run.status) || !answerText(run);
   if (run.parentRun && state.runs.has(run.parentRun)) renderRun(state.runs.get(run.parentRun));
   else if (state.caughtUp) stateChanged(); // once, at caught_up, while replaying history
@@ -188,4 +191,38 @@ export function turnMessage(run, turnId) {
 export function setMessageText(message, text) {
   message.text = text;
   message.textEl.textContent = text;
+}
+
+/** Where a turn's reasoning goes: a place in the run's body made when the turn
+ * starts, before anything the turn says (it does not end a group of tool cards). */
+export function turnSlot(run, turnId) {
+  let slot = state.slots.get(turnId);
+  if (!slot) {
+    slot = el("div", { class: "turn-slot", hidden: true, dataset: { turnId } });
+    run.body.append(slot);
+    state.slots.set(turnId, slot);
+  }
+  return slot;
+}
+
+/** The model's reasoning for a turn, folded (a <details> the reader opens). */
+export function showReasoning(turnId, text) {
+  const slot = state.slots.get(turnId);
+  if (!slot || !text || slot.dataset.filled) return;
+  slot.dataset.filled = "1";
+  slot.replaceChildren(
+    el(
+      "details",
+      { class: "reasoning", "data-testid": "reasoning" },
+      el("summary", {}, "Reasoning"),
+      el("div", { class: "reasoning-text", "data-testid": "reasoning-text" }, text),
+    ),
+  );
+  slot.hidden = false;
+}
+
+/** Marks an answer the output length limit cut off (once). */
+export function markCutOff(message) {
+  if (message.el.querySelector(".cutoff-tag")) return;
+  message.el.append(el("span", { class: "cutoff-tag", "data-testid": "cutoff-tag", title: "The model reached its output limit before it finished" }, "cut off by the length limit"));
 }

@@ -15,6 +15,8 @@ export const state = {
   runs: new Map(), // run id -> run view
   calls: new Map(), // tool call id -> card
   turns: new Map(), // turn id -> message view
+  slots: new Map(), // turn id -> the place of its reasoning, before its answer
+  cutOff: new Set(), // ids of turns whose reply the output length limit cut off
   sending: false,
   pendingSend: null, // {signature, key}: an Idempotency-Key kept until the send succeeds
   stopping: new Set(),

@@ -67,6 +67,8 @@ class InMemoryRunStore:
         self.turns: dict[uuid.UUID, dict[str, Any]] = {}
         self.tool_calls: dict[uuid.UUID, dict[str, Any]] = {}
         self.decisions: list[tuple[str, str, str]] = []
+        # (attempt, error kind, message, delay in seconds) of each retried model call.
+        self.retries: list[tuple[int, str, str, float]] = []
 
     def claim_run(self, run_id: uuid.UUID, *, owner: str, lease_seconds: float) -> RunContext:
         assert run_id == self.run_id
@@ -96,8 +98,22 @@ class InMemoryRunStore:
         self.turns[turn_id] = {"index": index, "model": model, "messages": messages, "reply": None}
         return turn_id
 
-    def complete_turn(self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int) -> None:
+    def complete_turn(
+        self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> None:
         self.turns[turn_id]["reply"] = reply
+        self.turns[turn_id]["retries"] = retries
+
+    def model_retry(
+        self,
+        *,
+        turn_id: uuid.UUID,
+        attempt: int,
+        error_kind: str,
+        message: str,
+        delay_seconds: float,
+    ) -> None:
+        self.retries.append((attempt, error_kind, message, delay_seconds))
 
     def schedule_tool_call(
         self, *, turn_id: uuid.UUID, index: int, request: ToolCallRequest, requires_approval: bool
@@ -134,10 +150,7 @@ class InMemoryRunStore:
             input=self.input,
             output=output,
             labels={},
-            usage=Usage(
-                input_tokens=sum(reply.usage.input_tokens for reply in replies),
-                output_tokens=sum(reply.usage.output_tokens for reply in replies),
-            ),
+            usage=sum((reply.usage for reply in replies), Usage()),
             error=error,
             created_at=dt.datetime.now(tz=dt.UTC),
         )
@@ -161,8 +174,9 @@ def run_turn_loop():
             # Structurally a RunStore for everything such a run reaches.
             store=cast(RunStore, store),
             agents=AgentRegistry([agent]),
-            # Provider keys and URLs as the settings hold them when the test runs.
-            model_factory=partial(get_model_client, providers=runtime_config().providers),
+            # Model profiles (keys and URLs from the environment) as the settings
+            # make them when the test runs.
+            model_factory=partial(get_model_client, profiles=runtime_config().profiles),
             publish_delta=lambda context, turn_id, text: deltas.append(text),
         )
         return LoopResult(loop.execute(store.run_id), store, deltas)

@@ -8,9 +8,10 @@ import socket
 import pytest
 
 from goaai.runtime.agents import Agent
+from goaai.runtime.config import ModelProfile
 from goaai.runtime.errors import ModelError
-from goaai.runtime.models import ModelRequest, ToolSpec, get_model_client
-from goaai.runtime.models.anthropic_client import AnthropicModel
+from goaai.runtime.models import ModelRequest, ModelSettings, ToolSpec, get_model_client
+from goaai.runtime.models.anthropic_client import DEFAULT_MAX_TOKENS, AnthropicModel
 from goaai.runtime.tools import TOOLSETS
 from goaai.runtime.types import Message, ToolCallRequest, Usage
 from goaai.runtime_settings import runtime_config
@@ -32,14 +33,29 @@ CALCULATOR_SPEC = ToolSpec(
 )
 
 
-def client_for(server, **options) -> AnthropicModel:
-    return AnthropicModel(
-        "claude-test", api_key="sk-ant-test-key", base_url=server.base_url, **options
+CACHED = {"type": "ephemeral"}
+
+
+def profile_for(base_url: str, **options) -> ModelProfile:
+    return ModelProfile(
+        name="anthropic",
+        kind="anthropic",
+        base_url=base_url,
+        api_key="sk-ant-test-key",
+        **options,
     )
 
 
-def ask(text: str, *tools: ToolSpec) -> ModelRequest:
-    return ModelRequest(messages=(Message(role="user", content=text),), tools=tools)
+def client_for(server, **options) -> AnthropicModel:
+    return AnthropicModel("claude-test", profile=profile_for(server.base_url, **options))
+
+
+def ask(text: str, *tools: ToolSpec, **settings) -> ModelRequest:
+    return ModelRequest(
+        messages=(Message(role="user", content=text),),
+        tools=tools,
+        settings=ModelSettings(**settings),
+    )
 
 
 def test_a_text_reply_streams_each_piece_and_records_usage_and_model(fake_server):
@@ -57,6 +73,7 @@ def test_a_text_reply_streams_each_piece_and_records_usage_and_model(fake_server
     assert reply.tool_calls == ()
     assert reply.usage == Usage(input_tokens=33, output_tokens=8)
     assert reply.model == "claude-fake-4-5-20250929"
+    assert (reply.finish_reason, reply.reasoning, reply.reasoning_state) == ("stop", "", ())
 
 
 def test_the_request_streams_and_authenticates_with_the_key(fake_server):
@@ -77,8 +94,8 @@ def test_the_request_streams_and_authenticates_with_the_key(fake_server):
     assert request.header("anthropic-version")
     assert request.body == {
         "model": "claude-test",
-        "max_tokens": 1024,
-        "system": "Be brief.",
+        "max_tokens": DEFAULT_MAX_TOKENS,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": CACHED}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
         "stream": True,
     }
@@ -87,10 +104,11 @@ def test_the_request_streams_and_authenticates_with_the_key(fake_server):
 def test_temperature_and_max_tokens_are_sent_when_configured(fake_server):
     fake_server.anthropic(anthropic_message([TextBlock(["ok"])]))
 
-    client_for(fake_server, temperature=0.3, max_tokens=200).complete(ask("hi"))
+    client_for(fake_server).complete(ask("hi", temperature=0.3, max_output_tokens=200))
 
     (body,) = fake_server.bodies(ANTHROPIC_PATH)
     assert (body["temperature"], body["max_tokens"]) == (0.3, 200)
+    assert "thinking" not in body
 
 
 def test_text_and_tool_use_blocks_make_one_reply(fake_server):
@@ -131,6 +149,8 @@ def test_tools_are_sent_with_their_json_schema_as_input_schema(fake_server):
             "name": "calculator",
             "description": CALCULATOR.description,
             "input_schema": CALCULATOR.json_schema(),
+            # The last tool is a prompt cache breakpoint.
+            "cache_control": CACHED,
         }
     ]
     assert "tools" not in without_tools
@@ -159,7 +179,10 @@ def test_a_conversation_with_tool_calls_and_results_is_sent_in_messages_shape(fa
     client_for(fake_server).complete(ModelRequest(messages=conversation))
 
     (body,) = fake_server.bodies(ANTHROPIC_PATH)
-    assert body["system"] == "Be brief.\n\nSign off politely."
+    assert body["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": CACHED},
+        {"type": "text", "text": "Sign off politely."},
+    ]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "What is 2*7, and the time?"}]},
         {
@@ -290,6 +313,7 @@ def test_a_rate_limit_says_when_to_retry(fake_server):
         client_for(fake_server).complete(ask("hi"))
 
     assert raised.value.kind == "rate_limited"
+    assert raised.value.retry_after == 12.0
     assert "(HTTP 429, rate_limit_error); retry after 12 s: Number of" in raised.value.message
 
 
@@ -314,7 +338,7 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout(fake_server):
     fake_server.anthropic(SlowResponse(delay=1.0, then=anthropic_message([TextBlock(["late"])])))
 
     with pytest.raises(ModelError) as raised:
-        client_for(fake_server, timeout=0.2).complete(ask("hi"))
+        client_for(fake_server, timeout_seconds=0.2).complete(ask("hi"))
 
     assert (raised.value.kind, raised.value.retryable) == ("timeout", True)
     assert raised.value.message == "anthropic:claude-test: no answer within 0.2 s."
@@ -329,7 +353,7 @@ def test_a_stream_that_stalls_is_a_timeout(fake_server):
     pieces: list[str] = []
 
     with pytest.raises(ModelError) as raised:
-        client_for(fake_server, timeout=0.2).complete(ask("a story"), pieces.append)
+        client_for(fake_server, timeout_seconds=0.2).complete(ask("a story"), pieces.append)
 
     assert (raised.value.kind, raised.value.retryable) == ("timeout", True)
     assert pieces == ["Once", " upon"]
@@ -339,9 +363,7 @@ def test_a_server_that_cannot_be_reached_is_unavailable():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
-    client = AnthropicModel(
-        "claude-test", api_key="sk-ant-test-key", base_url=f"http://127.0.0.1:{closed_port}"
-    )
+    client = AnthropicModel("claude-test", profile=profile_for(f"http://127.0.0.1:{closed_port}"))
 
     with pytest.raises(ModelError) as raised:
         client.complete(ask("hi"))
@@ -350,42 +372,42 @@ def test_a_server_that_cannot_be_reached_is_unavailable():
     assert f"cannot reach http://127.0.0.1:{closed_port}" in raised.value.message
 
 
-def test_get_model_client_builds_the_client_from_the_settings_config(settings, fake_server):
-    settings.GOAAI_ANTHROPIC_API_KEY = "sk-ant-from-settings"
-    settings.GOAAI_ANTHROPIC_BASE_URL = fake_server.base_url
+def test_get_model_client_builds_the_client_from_the_environment(monkeypatch, fake_server):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_server.base_url)
     fake_server.anthropic(anthropic_message([TextBlock(["configured"])]))
 
-    client = get_model_client(
-        "anthropic:claude-from-settings", providers=runtime_config().providers
-    )
+    client = get_model_client("anthropic:claude-from-env", runtime_config().profiles)
     reply = client.complete(ask("hi"))
 
-    assert client.name == "anthropic:claude-from-settings"
+    assert client.name == "anthropic:claude-from-env"
     assert reply.text == "configured"
     (request,) = fake_server.requests
-    assert request.body["model"] == "claude-from-settings"
-    assert request.header("authorization") == "Bearer sk-ant-from-settings"
+    assert request.body["model"] == "claude-from-env"
+    assert request.header("authorization") == "Bearer sk-ant-from-env"
 
 
 @pytest.mark.parametrize("configured", ["", None], ids=["empty", "missing"])
-def test_get_model_client_without_a_key_is_an_unavailable_model_error(settings, configured):
+def test_get_model_client_without_a_key_is_an_unavailable_model_error(monkeypatch, configured):
     if configured is None:
-        del settings.GOAAI_ANTHROPIC_API_KEY
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     else:
-        settings.GOAAI_ANTHROPIC_API_KEY = configured
+        monkeypatch.setenv("ANTHROPIC_API_KEY", configured)
 
     with pytest.raises(ModelError) as raised:
-        get_model_client("anthropic:claude-from-settings", providers=runtime_config().providers)
+        get_model_client("anthropic:claude-from-env", runtime_config().profiles)
 
     assert (raised.value.kind, raised.value.retryable) == ("unavailable", False)
-    assert raised.value.message == ("No API key configured for anthropic: set ANTHROPIC_API_KEY")
+    assert raised.value.message == (
+        "No API key configured for the model profile 'anthropic': set ANTHROPIC_API_KEY"
+    )
 
 
 def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
-    settings, fake_server, run_turn_loop
+    monkeypatch, fake_server, run_turn_loop
 ):
-    settings.GOAAI_ANTHROPIC_API_KEY = "sk-ant-loop"
-    settings.GOAAI_ANTHROPIC_BASE_URL = fake_server.base_url
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-loop")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_server.base_url)
     fake_server.anthropic(
         anthropic_message(
             [
@@ -420,7 +442,10 @@ def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
     assert call["outcome"].result == {"expression": "6*7", "value": 42}
 
     first, second = fake_server.bodies(ANTHROPIC_PATH)
-    assert first["system"] == second["system"] == "Use the calculator."
+    assert first["system"] == second["system"]
+    assert first["system"] == [
+        {"type": "text", "text": "Use the calculator.", "cache_control": CACHED}
+    ]
     assert [tool["name"] for tool in first["tools"]] == ["calculator"]
     assert second["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "What is 6*7?"}]},

@@ -8,8 +8,9 @@ import socket
 import pytest
 
 from goaai.runtime.agents import Agent
+from goaai.runtime.config import ModelProfile
 from goaai.runtime.errors import ModelError
-from goaai.runtime.models import ModelRequest, ToolSpec, get_model_client
+from goaai.runtime.models import ModelRequest, ModelSettings, ToolSpec, get_model_client
 from goaai.runtime.models.openai_compat import OpenAICompatibleModel
 from goaai.runtime.tools import TOOLSETS
 from goaai.runtime.types import Message, ToolCallRequest, Usage
@@ -32,14 +33,22 @@ CALCULATOR_SPEC = ToolSpec(
 )
 
 
-def client_for(server, **options) -> OpenAICompatibleModel:
-    return OpenAICompatibleModel(
-        "gpt-test", api_key="sk-test-key", base_url=server.openai_base_url, **options
+def profile_for(base_url: str, **options) -> ModelProfile:
+    return ModelProfile(
+        name="openai", kind="openai", base_url=base_url, api_key="sk-test-key", **options
     )
 
 
-def ask(text: str, *tools: ToolSpec) -> ModelRequest:
-    return ModelRequest(messages=(Message(role="user", content=text),), tools=tools)
+def client_for(server, **options) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel("gpt-test", profile=profile_for(server.openai_base_url, **options))
+
+
+def ask(text: str, *tools: ToolSpec, **settings) -> ModelRequest:
+    return ModelRequest(
+        messages=(Message(role="user", content=text),),
+        tools=tools,
+        settings=ModelSettings(**settings),
+    )
 
 
 def test_a_text_reply_streams_each_piece_and_records_usage_and_model(fake_server):
@@ -52,6 +61,7 @@ def test_a_text_reply_streams_each_piece_and_records_usage_and_model(fake_server
     assert reply.text == "".join(pieces)
     assert reply.tool_calls == ()
     assert reply.usage == Usage(input_tokens=31, output_tokens=7)
+    assert (reply.finish_reason, reply.reasoning, reply.reasoning_state) == ("stop", "", ())
     # The model the server says answered, not the alias we asked for.
     assert reply.model == "gpt-fake-2025-01-01"
 
@@ -59,7 +69,7 @@ def test_a_text_reply_streams_each_piece_and_records_usage_and_model(fake_server
 def test_the_request_streams_with_usage_and_authenticates_with_the_key(fake_server):
     fake_server.openai(openai_text(["ok"]))
 
-    client_for(fake_server, temperature=0.2, max_tokens=64).complete(ask("hi"))
+    client_for(fake_server).complete(ask("hi"))
 
     (request,) = fake_server.requests
     assert request.path == OPENAI_PATH
@@ -69,9 +79,29 @@ def test_the_request_streams_with_usage_and_authenticates_with_the_key(fake_serv
         "messages": [{"role": "user", "content": "hi"}],
         "stream": True,
         "stream_options": {"include_usage": True},
-        "temperature": 0.2,
-        "max_tokens": 64,
     }
+
+
+def test_the_agents_model_settings_are_sent(fake_server):
+    fake_server.openai(openai_text(["ok"]))
+
+    client_for(fake_server).complete(
+        ask("hi", temperature=0.2, max_output_tokens=64, reasoning_effort="low")
+    )
+
+    (body,) = fake_server.bodies(OPENAI_PATH)
+    # max_tokens, not max_completion_tokens: the one Ollama, vLLM and llama.cpp read.
+    assert (body["temperature"], body["max_tokens"], body["reasoning_effort"]) == (0.2, 64, "low")
+    assert "max_completion_tokens" not in body
+
+
+def test_the_profiles_headers_go_with_every_request(fake_server):
+    fake_server.openai(openai_text(["ok"]))
+
+    client_for(fake_server, headers=(("X-Tenant", "acme"),)).complete(ask("hi"))
+
+    (request,) = fake_server.requests
+    assert request.header("x-tenant") == "acme"
 
 
 def test_tool_calls_are_assembled_from_fragments_in_order(fake_server):
@@ -95,6 +125,7 @@ def test_tool_calls_are_assembled_from_fragments_in_order(fake_server):
     assert reply.text == ""
     assert pieces == []
     assert reply.usage == Usage(50, 20)
+    assert reply.finish_reason == "tool_calls"
 
 
 def test_tools_are_sent_as_functions_with_their_json_schema(fake_server):
@@ -239,10 +270,29 @@ def test_a_rate_limit_says_when_to_retry(fake_server):
         client_for(fake_server).complete(ask("hi"))
 
     assert raised.value.kind == "rate_limited"
+    assert raised.value.retry_after == 7.0
     assert raised.value.message == (
         "openai:gpt-test: the provider is rate limiting us (HTTP 429, rate_limit_exceeded); "
         "retry after 7 s: Rate limit reached for requests."
     )
+
+
+def test_retry_after_ms_is_read_before_retry_after(fake_server):
+    fake_server.openai(
+        openai_error(
+            503,
+            "The engine is currently overloaded.",
+            type="server_error",
+            headers={"retry-after-ms": "1500", "retry-after": "2"},
+        )
+    )
+
+    with pytest.raises(ModelError) as raised:
+        client_for(fake_server).complete(ask("hi"))
+
+    assert (raised.value.kind, raised.value.retryable) == ("unavailable", True)
+    assert raised.value.retry_after == 1.5
+    assert "; retry after 1.5 s: The engine" in raised.value.message
 
 
 def test_an_error_sent_inside_the_stream_is_a_model_error(fake_server):
@@ -261,9 +311,18 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout(fake_server):
     fake_server.openai(SlowResponse(delay=1.0, then=openai_text(["late"])))
 
     with pytest.raises(ModelError) as raised:
-        client_for(fake_server, timeout=0.2).complete(ask("hi"))
+        client_for(fake_server, timeout_seconds=0.2).complete(ask("hi"))
 
     assert (raised.value.kind, raised.value.retryable) == ("timeout", True)
+    assert raised.value.message == "openai:gpt-test: no answer within 0.2 s."
+
+
+def test_the_agents_timeout_bounds_the_request(fake_server):
+    fake_server.openai(SlowResponse(delay=1.0, then=openai_text(["late"])))
+
+    with pytest.raises(ModelError) as raised:
+        client_for(fake_server).complete(ask("hi", timeout_seconds=0.2))
+
     assert raised.value.message == "openai:gpt-test: no answer within 0.2 s."
 
 
@@ -274,7 +333,7 @@ def test_a_stream_that_stalls_is_a_timeout(fake_server):
     pieces: list[str] = []
 
     with pytest.raises(ModelError) as raised:
-        client_for(fake_server, timeout=0.2).complete(ask("a story"), pieces.append)
+        client_for(fake_server, timeout_seconds=0.2).complete(ask("a story"), pieces.append)
 
     assert (raised.value.kind, raised.value.retryable) == ("timeout", True)
     assert pieces == ["Once"]
@@ -285,7 +344,7 @@ def test_a_server_that_cannot_be_reached_is_unavailable():
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     client = OpenAICompatibleModel(
-        "gpt-test", api_key="sk-test-key", base_url=f"http://127.0.0.1:{closed_port}/v1"
+        "gpt-test", profile=profile_for(f"http://127.0.0.1:{closed_port}/v1")
     )
 
     with pytest.raises(ModelError) as raised:
@@ -315,40 +374,42 @@ def test_an_exception_from_on_delta_is_not_disguised_as_a_provider_error(fake_se
         client_for(fake_server).complete(ask("hi"), explode)
 
 
-def test_get_model_client_builds_the_client_from_the_settings_config(settings, fake_server):
-    settings.GOAAI_OPENAI_API_KEY = "sk-from-settings"
-    settings.GOAAI_OPENAI_BASE_URL = fake_server.openai_base_url
+def test_get_model_client_builds_the_client_from_the_environment(monkeypatch, fake_server):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.openai_base_url)
     fake_server.openai(openai_text(["configured"]))
 
-    client = get_model_client("openai:llama3.2:3b", providers=runtime_config().providers)
+    client = get_model_client("openai:llama3.2:3b", runtime_config().profiles)
     reply = client.complete(ask("hi"))
 
     assert client.name == "openai:llama3.2:3b"
     assert reply.text == "configured"
     (request,) = fake_server.requests
     assert request.body["model"] == "llama3.2:3b"
-    assert request.header("authorization") == "Bearer sk-from-settings"
+    assert request.header("authorization") == "Bearer sk-from-env"
 
 
 @pytest.mark.parametrize("configured", ["", None], ids=["empty", "missing"])
-def test_get_model_client_without_a_key_is_an_unavailable_model_error(settings, configured):
+def test_get_model_client_without_a_key_is_an_unavailable_model_error(monkeypatch, configured):
     if configured is None:
-        del settings.GOAAI_OPENAI_API_KEY
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     else:
-        settings.GOAAI_OPENAI_API_KEY = configured
+        monkeypatch.setenv("OPENAI_API_KEY", configured)
 
     with pytest.raises(ModelError) as raised:
-        get_model_client("openai:gpt-4o-mini", providers=runtime_config().providers)
+        get_model_client("openai:gpt-4o-mini", runtime_config().profiles)
 
     assert (raised.value.kind, raised.value.retryable) == ("unavailable", False)
-    assert raised.value.message.startswith("No API key configured for openai: set OPENAI_API_KEY")
+    assert raised.value.message.startswith(
+        "No API key configured for the model profile 'openai': set OPENAI_API_KEY"
+    )
 
 
 def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
-    settings, fake_server, run_turn_loop
+    monkeypatch, fake_server, run_turn_loop
 ):
-    settings.GOAAI_OPENAI_API_KEY = "sk-loop"
-    settings.GOAAI_OPENAI_BASE_URL = fake_server.openai_base_url
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loop")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.openai_base_url)
     fake_server.openai(
         openai_tool_calls(
             [StreamedCall("call_calc", "calculator", ['{"expression"', ': "6*7"}'])],
@@ -405,10 +466,10 @@ def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
 
 
 def test_garbled_tool_arguments_get_an_invalid_call_answer_and_the_run_goes_on(
-    settings, fake_server, run_turn_loop
+    monkeypatch, fake_server, run_turn_loop
 ):
-    settings.GOAAI_OPENAI_API_KEY = "sk-loop"
-    settings.GOAAI_OPENAI_BASE_URL = fake_server.openai_base_url
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loop")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.openai_base_url)
     fake_server.openai(
         openai_tool_calls([StreamedCall("call_bad", "calculator", ['{"expression": 6*'])]),
         openai_text(["Sorry, I could not calculate that."]),

@@ -229,6 +229,6 @@ def test_only_the_latest_user_message_counts():
 
 
 def test_the_scripted_model_is_chosen_by_name():
-    assert isinstance(get_model_client("scripted"), ScriptedModel)
+    assert isinstance(get_model_client("scripted", {}), ScriptedModel)
     with pytest.raises(Exception, match="No model client for 'gpt-9'"):
-        get_model_client("gpt-9")
+        get_model_client("gpt-9", {})

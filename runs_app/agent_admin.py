@@ -1,0 +1,101 @@
+"""Agents kept as data in the operators' console, and every agent's versions.
+
+Staff with ``runs_app.add_agentdefinition`` create agents, ``change_agentdefinition``
+edit them. The form is checked as goaai checks agents at start (the model's
+profile, toolsets, delegates, every setting), and saving a change that alters the
+definition appends a version: runs record the version they executed, and the
+versions are read-only, for audit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from goaai.admin_base import ReadOnlyAdmin
+from goaai.runtime import rt
+from goaai.runtime.config import ConfigError
+from runs_app import agents as agent_services
+from runs_app.models import AgentDefinition, AgentVersion
+
+
+class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = AgentDefinition
+        fields = ["agent", *agent_services.EDITABLE_FIELDS]
+        widgets = {"system_prompt": forms.Textarea(attrs={"rows": 12, "cols": 100})}
+        help_texts = {
+            "toolsets": 'A JSON list, e.g. ["memory", "clock"].',
+            "policy": 'A JSON object of caps, e.g. {"max_turns": 6, "max_tool_calls": 10}.',
+            "model_settings": "A JSON object: temperature, max_output_tokens, reasoning_effort, "
+            "timeout_seconds, retry_attempts, retry_seconds.",
+        }
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        agent_id = data.get("agent") or (self.instance.agent if self.instance.pk else "")
+        if not self.instance.pk and agent_id in rt.agents:
+            self.add_error("agent", f"An agent named {agent_id!r} exists.")
+            return data
+        definition = {"id": agent_id, **{name: data.get(name) for name in _present(data)}}
+        try:
+            agent_services.check_definition(
+                {**self.instance.as_definition(), **definition} if self.instance.pk else definition
+            )
+        except ConfigError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+def _present(data: dict[str, Any]) -> list[str]:
+    return [name for name in agent_services.EDITABLE_FIELDS if data.get(name) is not None]
+
+
+@admin.register(AgentDefinition)
+class AgentDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = AgentForm
+    list_display = ["agent", "model", "version", "updated_by", "updated_at"]
+    list_filter = ["model"]
+    search_fields = ["agent", "description", "system_prompt"]
+    list_select_related = ["updated_by"]
+    readonly_fields = [
+        "version",
+        "versions",
+        "created_by",
+        "created_at",
+        "updated_by",
+        "updated_at",
+    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The id is chosen once; runs name their agent by it.
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "agent"] if obj is not None else fields
+
+    @admin.display(description="Versions")
+    def versions(self, obj: AgentDefinition) -> str:
+        url = reverse("admin:runs_app_agentversion_changelist") + f"?agent={obj.agent}"
+        return format_html('<a href="{}">{} versions</a>', url, obj.version)
+
+    def save_model(
+        self, request: HttpRequest, obj: AgentDefinition, form: Any, change: bool
+    ) -> None:
+        # Saved through the one service that numbers versions (the API's too).
+        changes = {name: getattr(obj, name) for name in agent_services.EDITABLE_FIELDS}
+        saved = agent_services.agent_save(obj.agent, changes, by=request.user.pk)
+        obj.pk, obj.version = saved.pk, saved.version
+        obj.created_by_id, obj.updated_by_id = saved.created_by_id, saved.updated_by_id
+
+
+@admin.register(AgentVersion)
+class AgentVersionAdmin(ReadOnlyAdmin):
+    list_display = ["agent", "number", "source", "created_by", "created_at"]
+    list_filter = ["source"]
+    search_fields = ["agent"]
+    list_select_related = ["created_by"]
+    fields = ["agent", "number", "source", "definition", "fingerprint", "created_by", "created_at"]
