@@ -241,6 +241,13 @@ GOAAI_EXECUTOR = env_str("GOAAI_EXECUTOR", "celery" if REDIS_URL else "thread")
 # Threads of the in-process executor: each holds one run, mostly waiting on its
 # model's answer over the network, so there are many more than cores.
 GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 64)
+# A run on those threads keeps its database connection until it ends, model waits
+# included: unless DATABASE_POOL_MAX says otherwise, PostgreSQL's pool holds one per
+# thread and some for the requests (with 10, only 10 runs went at once, and a page
+# waited 10 s for a connection: bench/capacity.py).
+_POOL = DATABASES["default"].get("OPTIONS", {}).get("pool")
+if GOAAI_EXECUTOR == "thread" and isinstance(_POOL, dict) and not env_str("DATABASE_POOL_MAX"):
+    _POOL["max_size"] = GOAAI_EXECUTOR_THREADS + 16
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
