@@ -212,14 +212,8 @@ class OpenAICompatibleModel:
             with stream:
                 for chunk in stream:
                     self._absorb(chunk, reply, on_delta)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
             raise self._translate(exc, reply, settings) from exc
-        except httpx2.TimeoutException as exc:
-            raise timeout_error(self.name, self._timeout(settings)) from exc
-        except httpx2.TransportError as exc:
-            if reply.opened:
-                raise incomplete_error(self.name, str(exc)) from exc
-            raise connection_error(self.name, str(self._client.base_url), str(exc)) from exc
 
         if reply.chunks == 0:
             # The SDK reads a plain JSON answer as an empty event stream.
@@ -272,7 +266,10 @@ class OpenAICompatibleModel:
         return settings.timeout_seconds if settings.timeout_seconds is not None else self.timeout
 
     def _translate(
-        self, exc: openai.OpenAIError, reply: _Reply, settings: ModelSettings
+        self,
+        exc: openai.OpenAIError | httpx2.TransportError,
+        reply: _Reply,
+        settings: ModelSettings,
     ) -> ModelError:
         return translate_openai_error(
             exc,
@@ -284,11 +281,23 @@ class OpenAICompatibleModel:
 
 
 def translate_openai_error(
-    exc: openai.OpenAIError, *, name: str, base_url: str, timeout: float, opened: bool
+    exc: openai.OpenAIError | httpx2.TransportError,
+    *,
+    name: str,
+    base_url: str,
+    timeout: float,
+    opened: bool,
 ) -> ModelError:
-    """The :class:`ModelError` for a failure the ``openai`` SDK raised, whichever of
-    its APIs (Chat Completions, Responses) was called; ``opened`` when the stream had
-    begun."""
+    """The :class:`ModelError` for a failure of a call through the ``openai`` SDK,
+    whichever of its APIs (Chat Completions, Responses) was called: what the SDK
+    raised, or a transport error it let through while the stream was read;
+    ``opened`` when the stream had begun."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return timeout_error(name, timeout)
+    if isinstance(exc, httpx2.TransportError):
+        if opened:
+            return incomplete_error(name, str(exc))
+        return connection_error(name, base_url, str(exc))
     if isinstance(exc, openai.APITimeoutError):
         return timeout_error(name, timeout)
     if isinstance(exc, openai.APIConnectionError):

@@ -89,11 +89,9 @@ from goaai.runtime.models.base import (
     sdk_options,
 )
 from goaai.runtime.models.errors import (
-    connection_error,
     incomplete_error,
     parse_tool_arguments,
     status_error,
-    timeout_error,
 )
 from goaai.runtime.models.openai_compat import translate_openai_error
 from goaai.runtime.types import Message, ModelReply, ToolCallRequest, Usage
@@ -265,14 +263,8 @@ class OpenAIResponsesModel:
             with stream:
                 for event in stream:
                     self._absorb(event, reply, on_delta)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
             raise self._translate(exc, reply, settings) from exc
-        except httpx2.TimeoutException as exc:
-            raise timeout_error(self.name, self._timeout(settings)) from exc
-        except httpx2.TransportError as exc:
-            if reply.opened:
-                raise incomplete_error(self.name, str(exc)) from exc
-            raise connection_error(self.name, str(self._client.base_url), str(exc)) from exc
 
         if reply.final is None:
             if reply.events == 0:
@@ -389,7 +381,10 @@ class OpenAIResponsesModel:
         return settings.timeout_seconds if settings.timeout_seconds is not None else self.timeout
 
     def _translate(
-        self, exc: openai.OpenAIError, reply: _Reply, settings: ModelSettings
+        self,
+        exc: openai.OpenAIError | httpx2.TransportError,
+        reply: _Reply,
+        settings: ModelSettings,
     ) -> ModelError:
         return translate_openai_error(
             exc,
