@@ -34,6 +34,8 @@ class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
             "policy": 'A JSON object of caps, e.g. {"max_turns": 6, "max_tool_calls": 10}.',
             "model_settings": "A JSON object: temperature, max_output_tokens, reasoning_effort, "
             "timeout_seconds, retry_attempts, retry_seconds.",
+            "conversation": "A JSON object: context_tokens, tool_result_chars, memory_tokens, "
+            "parallel_tool_calls, multitask (enqueue, reject or interrupt).",
         }
 
     def clean(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ EDITABLE_FIELDS = (
     "delegates",
     "policy",
     "model_settings",
+    "conversation",
 )
 # Attempts at numbering a new version while other processes number theirs.
 _NUMBERING_ATTEMPTS = 5

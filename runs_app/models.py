@@ -15,6 +15,7 @@ from django.db import models
 from goaai.runtime.vocabulary import (
     ErrorKind,
     FinishReason,
+    Multitask,
     RunStatus,
     ToolCallStatus,
     choices,
@@ -40,6 +41,11 @@ class AgentDefinition(models.Model):
     delegates = models.JSONField(default=list, blank=True, help_text="Agents it may call.")
     policy = models.JSONField(default=dict, blank=True)
     model_settings = models.JSONField(default=dict, blank=True)
+    conversation = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Context budget, tool result size, memory shown, parallel calls, multitask.",
+    )
     version = models.PositiveIntegerField(default=0, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -68,6 +74,7 @@ class AgentDefinition(models.Model):
             "delegates": self.delegates,
             "policy": self.policy,
             "model_settings": self.model_settings,
+            "conversation": self.conversation,
         }
 
 
@@ -139,6 +146,26 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # The conversation is a tree of top-level runs: each continues from the run
+    # before it on its branch (``previous_run``), which is the history it sees. A
+    # retry, a regenerated answer and an edited message start a new branch from the
+    # same point, and say which run they redo; a fork's first run continues from a
+    # run of the session it was forked from.
+    previous_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="next_runs"
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+    regenerates = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="regenerations"
+    )
+    edit_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="edits"
+    )
+    # What a message sent while another run of the session was active did
+    # (enqueue, reject, interrupt); blank when none was active.
+    multitask = models.CharField(max_length=12, choices=choices(Multitask), blank=True)
     # The tokens of every turn, each kind apart (see goaai.runtime.types.Usage):
     # input at the full price, output, prompt cache reads and writes, and the part
     # of the output spent reasoning. total_tokens is input, cache and output.
@@ -410,3 +437,65 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile}:{self.model} from {self.effective_from:%Y-%m-%d}"
+
+
+class HistorySummary(models.Model):
+    """What the agent's model wrote to stand for the earlier part of a conversation,
+    so that a long session stays within its context budget.
+
+    It covers the branch up to and including ``through_run`` (folding in the summary
+    before it, ``previous``), and is reused by every later run on that branch until
+    the runs after it no longer fit; then a new one folds them in. ``run`` is the run
+    that asked for it, and pays for it: its usage and cost are the run's too.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="history_summaries"
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries_written")
+    through_run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries")
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    runs_covered = models.PositiveIntegerField(default=0)
+    text = models.TextField()
+    model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "history summaries"
+        indexes = [
+            models.Index(fields=["through_run", "-created_at"], name="summary_through_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Summary through run {self.through_run_id}"
+
+
+class SessionFork(models.Model):
+    """A session started from a point of another: its history is the other's branch
+    up to and including ``source_run``, which its first run continues from."""
+
+    session = models.OneToOneField(
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="fork"
+    )
+    source_session = models.ForeignKey(
+        "sessions_app.Session",
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="forks",
+    )
+    source_run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="forks")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} forked from {self.source_session_id}"

@@ -29,7 +29,7 @@ from goaai.runtime.errors import (
     SessionEnded,
 )
 from goaai.runtime.policy import Decision
-from goaai.runtime.types import USAGE_KINDS, Usage, known_cost
+from goaai.runtime.types import USAGE_KINDS, Branch, Usage, known_cost
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
     OPEN_TOOL_CALL_STATUSES,
@@ -43,10 +43,28 @@ from goaai.runtime.vocabulary import (
 )
 from runs_app import pricing
 from runs_app.metrics import observe_model_latency
-from runs_app.models import AgentVersion, Run, ToolCall, Turn
+from runs_app.models import AgentVersion, Run, SessionFork, ToolCall, Turn
 from sessions_app.eventlog import EventBatch, recording
 
 # Runs
+
+
+def session_head(session_id: UUID) -> UUID | None:
+    """The run a new message in the session continues from: its newest top-level
+    run, or for a fork with none yet, the run it was forked at."""
+    newest = (
+        Run.objects.filter(session_id=session_id, parent_run__isnull=True)
+        .order_by("-created_at")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if newest is not None:
+        return newest
+    return (
+        SessionFork.objects.filter(session_id=session_id)
+        .values_list("source_run_id", flat=True)
+        .first()
+    )
 
 
 def run_create(
@@ -64,19 +82,31 @@ def run_create(
     fingerprint: str = "",
     policy_decisions: list[Decision] | None = None,
     agent_version: AgentVersion | None = None,
+    branch: Branch | None = None,
 ) -> Run:
     """Create a pending run in an active session (:class:`SessionEnded` otherwise).
 
     ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
     as a ``policy.decision`` event of the new run. ``agent_version`` is the version
-    of the agent it executes (see :mod:`runs_app.agents`).
+    of the agent it executes (see :mod:`runs_app.agents`). A top-level run continues
+    from ``branch`` (by default from the session's head, :func:`session_head`).
     """
     decisions = policy_decisions or []
     linked = parent_run_id is not None
     with recording(session_id, expect=1 + len(decisions) + linked) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
+        if linked:
+            branch = Branch(previous_run_id=None)
+        elif branch is None:
+            # Read under the session's lock: two messages racing each continue
+            # from the run created before them.
+            branch = Branch(previous_run_id=session_head(session_id))
         run = Run(
+            previous_run_id=branch.previous_run_id,
+            retry_of_id=branch.retry_of_id,
+            regenerates_id=branch.regenerates_id,
+            edit_of_id=branch.edit_of_id,
             session_id=session_id,
             agent=agent,
             input=input,
@@ -101,7 +131,14 @@ def run_create(
             ) from exc
         batch.add(
             *payloads.run_created(
-                agent=agent, input=input, labels=run.labels, parent_run=parent_run_id
+                agent=agent,
+                input=input,
+                labels=run.labels,
+                parent_run=parent_run_id,
+                previous_run=branch.previous_run_id,
+                retry_of=branch.retry_of_id,
+                regenerates=branch.regenerates_id,
+                edit_of=branch.edit_of_id,
             ),
             run_id=run.id,
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from goaai.runtime.config import ConfigError, RuntimeConfig, import_string
+from goaai.runtime.conversation import ConversationSettings
 from goaai.runtime.errors import UnknownAgent
 from goaai.runtime.models import ModelSettings, check_model
 from goaai.runtime.models.base import MODEL_SETTING_NAMES, REASONING_EFFORTS
@@ -39,6 +40,9 @@ class Agent:
     # How the model is called: temperature, output limit, reasoning effort, timeout
     # and the retry budget.
     model_settings: ModelSettings = field(default_factory=ModelSettings)
+    # How it holds a long conversation: context budget, tool results, memory shown,
+    # parallel tool calls, and a message sent while a run is active.
+    conversation: ConversationSettings = field(default_factory=ConversationSettings)
 
     def as_dict(self) -> dict[str, Any]:
         """The definition as JSON holds it (what a run records it ran with)."""
@@ -51,6 +55,7 @@ class Agent:
             "delegates": list(self.delegates),
             "policy": self.policy.as_dict(),
             "model_settings": self.model_settings.as_dict(),
+            "conversation": self.conversation.as_dict(),
         }
 
     def fingerprint(self) -> str:
@@ -83,6 +88,7 @@ class Agent:
             delegates=_names(data.get("delegates", []), "delegates"),
             policy=_policy(data.get("policy", {})),
             model_settings=_model_settings(data.get("model_settings", {})),
+            conversation=ConversationSettings.from_dict(data.get("conversation", {})),
         )
 
 
@@ -95,6 +101,7 @@ _DEFINITION_FIELDS = {
     "delegates",
     "policy",
     "model_settings",
+    "conversation",
 }
 _MAX_PROMPT = 100_000
 

@@ -88,13 +88,27 @@ def session_deleted(*, session: UUID, at: str) -> dict[str, Any]:
 
 
 def run_created(
-    *, agent: str, input: str, labels: dict[str, str], parent_run: UUID | None
+    *,
+    agent: str,
+    input: str,
+    labels: dict[str, str],
+    parent_run: UUID | None,
+    previous_run: UUID | None = None,
+    retry_of: UUID | None = None,
+    regenerates: UUID | None = None,
+    edit_of: UUID | None = None,
 ) -> Event:
+    """A new run; a top-level one continues from ``previous_run`` and may redo a
+    run (``retry_of``, ``regenerates``, ``edit_of``)."""
     return EventType.RUN_CREATED, {
         "agent": agent,
         "input": input,
         "labels": labels,
         "parent_run": _id(parent_run),
+        "previous_run": _id(previous_run),
+        "retry_of": _id(retry_of),
+        "regenerates": _id(regenerates),
+        "edit_of": _id(edit_of),
     }
 
 

@@ -373,3 +373,15 @@ class ToolOutcome:
         if self.ok:
             return {"ok": True, "result": self.result}
         return {"ok": False, "error": {"kind": self.error_kind, "message": self.error_message}}
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Where a new top-level run continues from (the history it sees), and which
+    run it redoes, if any: a retry of a failed or canceled run, a regenerated
+    answer, or an edited message, each continuing from the point before that run."""
+
+    previous_run_id: UUID | None
+    retry_of_id: UUID | None = None
+    regenerates_id: UUID | None = None
+    edit_of_id: UUID | None = None

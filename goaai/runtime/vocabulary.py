@@ -66,6 +66,17 @@ def sources_of(target: RunStatus) -> frozenset[RunStatus]:
     return frozenset(src for src, targets in RUN_TRANSITIONS.items() if target in targets)
 
 
+class Multitask(StrEnum):
+    """What a message sent to a session while one of its runs is active does."""
+
+    # The new run waits, and starts when the active one ends (seeing its result).
+    ENQUEUE = "enqueue"
+    # The new run is refused (409, naming the active run).
+    REJECT = "reject"
+    # The active run is canceled, its partial answer kept, then the new one starts.
+    INTERRUPT = "interrupt"
+
+
 class ToolCallStatus(StrEnum):
     SCHEDULED = "scheduled"
     RUNNING = "running"
@@ -149,8 +160,12 @@ class EventType(StrEnum):
     SESSION_UPDATED = "session.updated"
     SESSION_ENDED = "session.ended"
     RUN_CREATED = "run.created"
+    # A run waits for the session's active run to end before it starts.
+    RUN_QUEUED = "run.queued"
     RUN_STARTED = "run.started"
     TURN_STARTED = "turn.started"
+    # Earlier runs of the session were summarised to keep the context within budget.
+    HISTORY_SUMMARIZED = "history.summarized"
     TURN_COMPLETED = "turn.completed"
     # A model call failed in a way worth retrying and is asked again.
     MODEL_RETRY = "model.retry"

@@ -51,6 +51,10 @@ class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
         help_text="temperature, max_output_tokens, reasoning_effort, timeout_seconds, "
         "retry_attempts, retry_seconds (null: the provider's default)."
     )
+    conversation = serializers.DictField(
+        help_text="context_tokens (null: the model's window), tool_result_chars, "
+        "memory_tokens, parallel_tool_calls, multitask (enqueue, reject, interrupt)."
+    )
     # A field named like DRF's own Field.source attribute, which the stubs type.
     source = serializers.ChoiceField(  # type: ignore[assignment]
         choices=["code", "data"], help_text="Declared in code, or kept as data (admin, API)."
@@ -77,6 +81,7 @@ class AgentWriteSerializer(serializers.Serializer):  # type: ignore[type-arg]
     delegates = serializers.ListField(child=serializers.CharField(), required=False)
     policy = serializers.DictField(required=False)
     model_settings = serializers.DictField(required=False)
+    conversation = serializers.DictField(required=False)
 
 
 class AgentVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -1,0 +1,78 @@
+"""How an agent holds a long conversation: its context budget, how much of a tool's
+result the model reads at once, how much memory it is shown, how many tool calls it
+runs at the same time, and what happens to a message sent while a run is active.
+
+Part of an agent's definition (``Agent.conversation``), so a run records the
+settings it ran with, as it records the rest of its agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from goaai.runtime.config import ConfigError
+from goaai.runtime.vocabulary import Multitask
+
+# When neither the agent nor its model says how large the context is.
+DEFAULT_CONTEXT_TOKENS = 32_000
+
+
+@dataclass(frozen=True)
+class ConversationSettings:
+    """``context_tokens`` is the most one model request may carry (system prompt,
+    memory, earlier runs, the run so far); ``None`` takes the model's window where
+    the client knows it, else :data:`DEFAULT_CONTEXT_TOKENS`. ``tool_result_chars``
+    is how much of one tool result reaches the model (the rest stays recorded and is
+    read with ``read_tool_result``). ``memory_tokens`` bounds the remembered facts put
+    in the prompt. ``parallel_tool_calls`` is how many of the calls a model asks for
+    together run at once. ``multitask`` is what a message sent while a run is active
+    does: ``enqueue``, ``reject`` or ``interrupt``."""
+
+    context_tokens: int | None = None
+    tool_result_chars: int = 8_000
+    memory_tokens: int = 1_000
+    parallel_tool_calls: int = 4
+    multitask: str = Multitask.ENQUEUE
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConversationSettings:
+        """Settings from their JSON form; :class:`ConfigError` naming the first one
+        that is wrong."""
+        if not isinstance(data, Mapping):
+            raise ConfigError("conversation: must be an object.")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"conversation: unknown setting {', '.join(map(repr, unknown))}.")
+        checks = {
+            "context_tokens": (1_000, 10_000_000),
+            "tool_result_chars": (200, 10_000_000),
+            "memory_tokens": (0, 1_000_000),
+            "parallel_tool_calls": (1, 64),
+        }
+        for name, (least, most) in checks.items():
+            value = data.get(name)
+            if value is None and name == "context_tokens":
+                continue
+            if name in data and not _whole(value, least, most):
+                raise ConfigError(f"conversation.{name}: a whole number from {least} to {most}.")
+        if "multitask" in data and data["multitask"] not in set(Multitask):
+            raise ConfigError(
+                f"conversation.multitask: one of {', '.join(m.value for m in Multitask)}."
+            )
+        values: dict[str, Any] = {
+            k: (int(v) if k in checks and v is not None else v) for k, v in data.items()
+        }
+        if "multitask" in values:
+            values["multitask"] = Multitask(values["multitask"])
+        return cls(**values)
+
+
+def _whole(value: Any, least: int, most: int) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return float(value).is_integer() and least <= value <= most
