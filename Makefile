@@ -8,7 +8,7 @@ PORT ?= 8000
 # otherwise this local server (the one CI provides).
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: install browser nginx run cluster test lint typecheck pytest pytest-postgres clean
+.PHONY: install browser nginx pgvector run cluster test lint typecheck pytest pytest-postgres clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,22 @@ nginx:
 	  fi; \
 	fi
 
+# Memory ranked by meaning compares vectors with pgvector on PostgreSQL: install
+# Debian's package for the local server when it is missing and this machine can.
+# Where Debian has none (bookworm), goaai computes the similarity in plain SQL.
+pgvector:
+	@v=$$(ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -1); \
+	if [ -n "$$v" ] && [ ! -f /usr/share/postgresql/$$v/extension/vector.control ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q postgresql-$$v-pgvector >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q postgresql-$$v-pgvector >/dev/null 2>&1; } || \
+	      echo "postgresql-$$v-pgvector is not in this machine's Debian: vectors are compared in plain SQL."; \
+	  else \
+	    echo "pgvector is missing (apt-get install postgresql-$$v-pgvector): vectors are compared in plain SQL."; \
+	  fi; \
+	fi
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py ensure_admin
@@ -72,7 +88,7 @@ pytest: install browser nginx
 	env -u DJANGO_SETTINGS_MODULE $(VENV)/bin/pytest -p no:django -W ignore::pytest.PytestConfigWarning --confcutdir=tests/runtime_core tests/runtime_core
 	env -u DATABASE_URL $(VENV)/bin/pytest
 
-pytest-postgres: install
+pytest-postgres: install pgvector
 	@case "$${DATABASE_URL:-}" in \
 	  postgres://*|postgresql://*) url="$$DATABASE_URL" ;; \
 	  *) if [ "$${CI:-}" = "true" ]; then url="$(POSTGRES_URL)"; else url=""; fi ;; \

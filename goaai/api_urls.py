@@ -8,6 +8,7 @@ from rest_framework.routers import SimpleRouter
 
 from memory_app.api.views import MemoryViewSet
 from runs_app.api.agents import AgentDetailView, AgentListView, AgentVersionListView
+from runs_app.api.redo import RunRedoViewSet
 from runs_app.api.usage import UsageViewSet
 from runs_app.api.views import (
     RunViewSet,
@@ -52,6 +53,14 @@ urlpatterns = [
         "sessions/<uuid:pk>/export/",
         SessionExportViewSet.as_view({"get": "export"}),
         name="session-export",
+    ),
+    *(
+        path(
+            f"runs/<uuid:pk>/{how}/",
+            RunRedoViewSet.as_view({"post": how}),
+            name=f"run-{how}",
+        )
+        for how in ("retry", "regenerate", "edit", "fork")
     ),
     path("usage/", UsageViewSet.as_view({"get": "report"}), name="usage"),
     path("agents/", AgentListView.as_view(), name="agents"),

@@ -19,4 +19,5 @@ def runtime_config() -> RuntimeConfig:
         reaper_interval=settings.GOAAI_REAPER_INTERVAL,
         label_rules=list(settings.GOAAI_LABEL_RULES),
         profiles=settings.GOAAI_MODEL_PROFILES,
+        memory_embeddings=settings.GOAAI_MEMORY_EMBEDDINGS,
     )

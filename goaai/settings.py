@@ -265,6 +265,10 @@ GOAAI_REAPER_INTERVAL = env_int("GOAAI_REAPER_INTERVAL", 15)
 # "http://127.0.0.1:11434/v1", "api_key_env": "OLLAMA_API_KEY"}}. A key is needed
 # only by agents using that profile (the scripted model needs none).
 GOAAI_MODEL_PROFILES: dict[str, Any] = env_json("GOAAI_MODEL_PROFILES", {})
+# Memory ranked by meaning as well as by its words: an embedding model of one of those
+# profiles ("<profile>:<model>", a profile of kind openai), e.g. "local:nomic-embed-text".
+# Unset: full-text ranking alone.
+GOAAI_MEMORY_EMBEDDINGS = env_str("GOAAI_MEMORY_EMBEDDINGS")
 # Label rules tighten the policy of runs carrying the labels in "match"
 # (goaai.runtime.policy.LabelRule). A JSON list in GOAAI_LABEL_RULES replaces these.
 GOAAI_LABEL_RULES = env_json(

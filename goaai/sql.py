@@ -19,8 +19,13 @@ and query-count tests see them like any other query:
   every step (runs, turns, tool calls), each one statement built once per shape.
   The ORM's ``save()`` and ``update()`` build their query anew at every call, at
   about ten times the statement's cost on a small machine (bench/recording.py).
-- :func:`memory_resolve_row` and :func:`memory_context_rows`: a run's memory reads,
-  one indexed probe per scope in one statement, which the ORM cannot express.
+- :func:`memory_resolve_row` and :func:`memory_ranked_rows`: a run's memory reads,
+  one indexed probe per scope (and the full-text and vector rankings) in one
+  statement, which the ORM cannot express; :func:`memory_embedding_store` and
+  :func:`memory_embedding_delete` write the vectors those rankings compare.
+- :func:`branch_walk`: the runs a new run's history is made of, newest first, walked
+  back along their ``previous_run`` links in one recursive statement (which the ORM
+  cannot express) that stops at the first run a summary covers.
 - :func:`delete_rows`: set-based deletes for retention, where the ORM's collector
   would load every row of millions into memory first.
 - :func:`bulk_load`: ``COPY`` (PostgreSQL) or ``executemany`` (SQLite) for demo data.
@@ -33,6 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -420,42 +426,289 @@ def memory_resolve_row(
     return row
 
 
-@functools.cache
-def _context_sql(entries: str) -> str:
-    live = "(expires_at IS NULL OR expires_at > %s)"
-    branch = "SELECT * FROM (SELECT {rank} AS rank, scope, key, value FROM " + entries  # noqa: S608
-    where = [
-        f"scope = 'session' AND session_id = %s AND {live}",
-        f"scope = 'user' AND user_id = %s AND {live}",
-        f"scope = 'agent' AND agent = %s AND {live}",
-        f"scope = 'global' AND {live}",
-    ]
-    return " UNION ALL ".join(
-        branch.format(rank=rank) + f" WHERE {condition} ORDER BY key LIMIT %s) AS scope{rank}"
-        for rank, condition in enumerate(where)
+# A run's memory, ranked. Every candidate is live, one the session reads (its own,
+# its user's, its agent's, global) and not hidden by the same key in a more
+# specific of those scopes (each check one probe of that scope's unique index).
+
+
+def _live(row: str, vendor: str) -> str:
+    return f"({row}.expires_at IS NULL OR {row}.expires_at > {_NOW[vendor]})"
+
+
+def _readable(row: str) -> str:
+    return (
+        f"(({row}.scope = 'session' AND {row}.session_id = %(session)s)"
+        f" OR ({row}.scope = 'user' AND {row}.user_id = %(user)s)"
+        f" OR ({row}.scope = 'agent' AND {row}.agent = %(agent)s)"
+        f" OR {row}.scope = 'global')"
     )
 
 
-def memory_context_rows(
+def _visible(row: str, entries: str, vendor: str) -> str:
+    def shadowing(scope: str, owner: str) -> str:
+        return (
+            f"EXISTS (SELECT 1 FROM {entries} o WHERE o.scope = '{scope}' "  # noqa: S608
+            f"AND o.{owner} AND o.key = {row}.key AND {_live('o', vendor)})"
+        )
+
+    by_session = shadowing("session", "session_id = %(session)s")
+    by_user = shadowing("user", "user_id = %(user)s")
+    by_agent = shadowing("agent", "agent = %(agent)s")
+    return (
+        f"NOT ({row}.scope <> 'session' AND {by_session})"
+        f" AND NOT ({row}.scope IN ('agent', 'global') AND {by_user})"
+        f" AND NOT ({row}.scope = 'global' AND {by_agent})"
+    )
+
+
+def _candidates(row: str, entries: str, vendor: str) -> str:
+    return f"{_live(row, vendor)} AND {_readable(row)} AND {_visible(row, entries, vendor)}"
+
+
+def _matching_sql(entries: str, app_label: str, vendor: str) -> str:
+    """Part 0: the entries whose words match, best first."""
+    where = _candidates("e", entries, vendor)
+    if vendor == "sqlite":
+        fts, rows = f"{app_label}_memorysearch_fts", f"{app_label}_memorysearch"
+        score = f"-bm25({fts}, 2.0, 1.0)"
+        return (
+            f"SELECT 0 AS part, {score} AS rank, e.scope, e.key, e.value FROM {fts} "  # noqa: S608
+            f"JOIN {rows} s ON s.id = {fts}.rowid JOIN {entries} e ON e.id = s.entry_id "
+            f"WHERE {fts} MATCH %(match)s AND {where} ORDER BY rank DESC LIMIT %(limit)s"
+        )
+    return (
+        "SELECT 0 AS part, ts_rank(e.search, q.query, 1) AS rank, e.scope, e.key, e.value "  # noqa: S608
+        f"FROM {entries} e, to_tsquery('english', %(match)s) AS q(query) "
+        f"WHERE e.search @@ q.query AND {where} ORDER BY rank DESC LIMIT %(limit)s"
+    )
+
+
+def _similar_sql(entries: str, embeddings: str, vendor: str, pgvector: bool) -> str:
+    """Part 1: the entries whose embedding is nearest the query's, nearest first."""
+    if vendor == "sqlite":
+        similarity = "1 - vec_distance_cosine(v.vector, %(vector)s)"
+    elif pgvector:
+        similarity = "1 - (v.vector::vector <=> %(vector)s::real[]::vector)"
+    else:
+        # Unit vectors: their dot product is their cosine similarity.
+        similarity = "(SELECT sum(a * b) FROM unnest(v.vector, %(vector)s::real[]) AS t(a, b))"
+    return (
+        f"SELECT 1 AS part, {similarity} AS rank, e.scope, e.key, e.value "  # noqa: S608
+        f"FROM {entries} e JOIN {embeddings} v ON v.entry_id = e.id "
+        f"WHERE v.model = %(model)s AND {_candidates('e', entries, vendor)} "
+        "ORDER BY rank DESC LIMIT %(limit)s"
+    )
+
+
+def _indexed_by(vendor: str, owner: str) -> str:
+    """SQLite's hint to read a scope's entries newest first through its own index
+    (memory_app's ``memory_<owner>_recent``, ``memory_scope_updated``)."""
+    if vendor != "sqlite":
+        return ""
+    index = "memory_scope_updated" if owner == "scope" else f"memory_{owner}_recent"
+    return f"INDEXED BY {index} "
+
+
+def _recent_sql(entries: str, vendor: str, limit: str) -> str:
+    """Part 2: the most recently updated entries, newest first, each scope read
+    newest first through its own (owner, updated_at) index, at most ``limit``."""
+    live, visible = _live("e", vendor), _visible("e", entries, vendor)
+    owners = {
+        "session": "e.session_id = %(session)s",
+        "user": "e.user_id = %(user)s",
+        "agent": "e.agent = %(agent)s",
+        "global": "TRUE" if vendor == "postgresql" else "1",
+    }
+    # SQLite would read an agent's entries through the index of every scope's.
+    indexes = {"session": "session", "user": "user", "agent": "agent", "global": "scope"}
+    branches = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT e.scope, e.key, e.value, e.updated_at FROM {entries} e "  # noqa: S608
+        f"{_indexed_by(vendor, indexes[scope])}"
+        f"WHERE e.scope = '{scope}' AND {owner} AND {live}"
+        f"{'' if scope == 'session' else f' AND {visible}'} "
+        f"ORDER BY e.updated_at DESC LIMIT {limit}) AS {scope}_recent"
+        for scope, owner in owners.items()
+    )
+    # Ranked by position: newest first, then by key.
+    position = "-ROW_NUMBER() OVER (ORDER BY updated_at DESC, key)"
+    return (
+        f"SELECT * FROM (SELECT 2 AS part, {position} AS rank, scope, key, value "  # noqa: S608
+        f"FROM ({branches}) AS recent ORDER BY updated_at DESC, key LIMIT {limit}) AS newest"
+    )
+
+
+@functools.cache
+def _ranked_sql(
     entry_model: type[models.Model],
+    embedding_model: type[models.Model],
+    vendor: str,
+    parts: tuple[bool, bool, bool],
+    pgvector: bool,
+) -> str:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    entries = quote(entry_model._meta.db_table)
+    matching, similar, recent = parts
+    selects, head = [], ""
+    if matching:
+        head = (
+            f"WITH matching AS MATERIALIZED "
+            f"({_matching_sql(entries, entry_model._meta.app_label, vendor)}) "
+        )
+        selects.append("SELECT * FROM matching")
+    if similar:
+        similar_sql = _similar_sql(entries, quote(embedding_model._meta.db_table), vendor, pgvector)
+        selects.append(f"SELECT * FROM ({similar_sql}) AS p1")  # noqa: S608
+    if recent:
+        # The newest facts fill what the matching ones leave of the run's facts.
+        limit = "%(recent)s"
+        if matching:
+            floor = "max" if vendor == "sqlite" else "GREATEST"
+            limit = f"{floor}(0, %(recent)s - (SELECT count(*) FROM matching))"  # noqa: S608
+        selects.append(f"SELECT * FROM ({_recent_sql(entries, vendor, limit)}) AS p2")  # noqa: S608
+    return f"{head}{' UNION ALL '.join(selects)} ORDER BY part, rank DESC, key"
+
+
+def _fts_match(vendor: str, terms: Sequence[str]) -> str:
+    """The query text, any of the words: an FTS5 expression on SQLite (each word
+    quoted, so that none is read as an operator), a ``to_tsquery`` disjunction on
+    PostgreSQL (the words are letters and digits only)."""
+    if vendor == "sqlite":
+        return " OR ".join(f'"{term}"' for term in terms)
+    return " | ".join(terms)
+
+
+@functools.cache
+def _has_pgvector(database: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")
+        return cursor.fetchone() is not None
+
+
+class RankedMemory(NamedTuple):
+    """What :func:`memory_ranked_rows` found, each list best first, as (scope, key,
+    value): entries whose words match, entries whose embedding is nearest, and the
+    most recently updated entries."""
+
+    matching: list[tuple[str, str, Any]]
+    similar: list[tuple[str, str, Any]]
+    recent: list[tuple[str, str, Any]]
+
+
+def memory_ranked_rows(
+    entry_model: type[models.Model],
+    embedding_model: type[models.Model],
     *,
     session_id: UUID,
     owner_id: int,
     agent: str,
-    now: dt.datetime,
+    terms: Sequence[str],
     limit: int,
-) -> list[tuple[int, str, str, Any]]:
-    """Up to ``limit`` live entries of each scope a run in the session reads, as
-    (rank, scope, key, value), the session's scope ranked first. Each scope is read
-    through its own (owner, key) index with its own limit, so the cost does not grow
-    with the size of the global or agent memory."""
-    moment = connection.ops.adapt_datetimefield_value(now)
-    session = _prep(entry_model, "session_id", session_id)
-    params = [session, moment, limit, owner_id, moment, limit, agent, moment, limit]
-    with connection.cursor() as cursor:
-        cursor.execute(_context_sql(_table(entry_model)), [*params, moment, limit])
+    recent: int = 0,
+    vector: Sequence[float] | None = None,
+    embedder: str = "",
+) -> RankedMemory:
+    """The live entries a run in the session may be told, ranked three ways, in one
+    statement: at most ``limit`` whose key or value contains any of ``terms``
+    (FTS5's bm25 on SQLite, ``ts_rank`` on PostgreSQL), at most ``limit`` whose
+    ``embedder`` embedding is nearest ``vector`` (sqlite-vec; pgvector, or the dot
+    product of the stored arrays without it), and at most ``recent`` of the most
+    recently updated. Only entries the session reads and no more specific scope
+    hides are candidates.
+
+    Each ranking is read through an index: the full-text index, the owners' (owner,
+    key) and (owner, updated_at) indexes, so the cost follows what matches and the
+    limits, not the size of the memory. The vector ranking compares every vector of
+    the session's owners."""
+    db = connections[DEFAULT_DB_ALIAS]
+    parts = (bool(terms), vector is not None and bool(embedder), recent > 0)
+    if not any(parts):
+        return RankedMemory([], [], [])
+    pgvector = db.vendor == "postgresql" and parts[1] and _has_pgvector(db.settings_dict["NAME"])
+    params: dict[str, Any] = {
+        "session": _prep(entry_model, "session_id", session_id),
+        "user": owner_id,
+        "agent": agent,
+        "limit": limit,
+        "recent": recent,
+    }
+    if parts[0]:
+        params["match"] = _fts_match(db.vendor, terms)
+    if parts[1] and vector is not None:
+        params["model"] = embedder
+        params["vector"] = _vector_param(db.vendor, vector)
+    with db.cursor() as cursor:
+        cursor.execute(
+            _ranked_sql(entry_model, embedding_model, db.vendor, parts, pgvector), params
+        )
         rows = cursor.fetchall()
-    return [(row[0], row[1], row[2], json_of(row[3])) for row in rows]
+    found = RankedMemory([], [], [])
+    for part, rank, scope, key, value in rows:
+        # A vector pointing away from the query's (or across it) is no match.
+        if part != 1 or rank > 0:
+            found[part].append((scope, key, json_of(value)))
+    return found
+
+
+def _vector_param(vendor: str, vector: Sequence[float]) -> Any:
+    if vendor == "sqlite":
+        return struct.pack(f"<{len(vector)}f", *vector)
+    return [float(x) for x in vector]
+
+
+def memory_embedding_store(
+    embedding_model: type[models.Model], *, entry_id: UUID, model: str, vector: Sequence[float]
+) -> None:
+    """Set the embedding of one entry (replacing any, of any model), in one
+    statement. Call it inside the transaction that wrote the entry."""
+    db = connections[DEFAULT_DB_ALIAS]
+    table = _table(embedding_model)
+    entry = _prep(embedding_model, "entry_id", entry_id)
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (entry_id, model, vector) VALUES (%s, %s, %s) "  # noqa: S608
+            "ON CONFLICT (entry_id) DO UPDATE SET model = excluded.model, vector = excluded.vector",
+            [entry, model, _vector_param(db.vendor, vector)],
+        )
+
+
+def memory_embedding_delete(embedding_model: type[models.Model], *, entry_id: UUID) -> None:
+    """Remove the embedding of one entry (its value changed and no new one came)."""
+    entry = _prep(embedding_model, "entry_id", entry_id)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {_table(embedding_model)} WHERE entry_id = %s", [entry])  # noqa: S608
+
+
+# Conversation branches
+
+
+def branch_walk(
+    run_model: type[models.Model],
+    summary_model: type[models.Model],
+    *,
+    start: UUID,
+    limit: int,
+) -> list[tuple[UUID, bool]]:
+    """The run ``start`` and the runs before it on its branch, newest first, as
+    (run id, whether a history summary covers the branch through it): at most
+    ``limit`` runs, and none past the first one a summary covers (that one is the
+    last row). One statement, whatever the session's length."""
+    runs, summaries = _table(run_model), _table(summary_model)
+    quote = connection.ops.quote_name
+    pk, previous = quote("id"), quote("previous_run_id")
+    through = quote("through_run_id")
+    covered = f"EXISTS (SELECT 1 FROM {summaries} s WHERE s.{through} = r.{pk})"  # noqa: S608
+    sql = (
+        f"WITH RECURSIVE chain(id, previous, covered, depth) AS ("  # noqa: S608
+        f" SELECT r.{pk}, r.{previous}, {covered}, 0 FROM {runs} r WHERE r.{pk} = %s"
+        f" UNION ALL"
+        f" SELECT r.{pk}, r.{previous}, {covered}, chain.depth + 1"
+        f" FROM {runs} r JOIN chain ON r.{pk} = chain.previous"
+        f" WHERE chain.depth + 1 < %s AND NOT chain.covered"
+        f") SELECT id, covered FROM chain ORDER BY depth"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_prep(run_model, "id", start), limit])
+        return [(uuid_of(row[0]), bool(row[1])) for row in cursor.fetchall()]
 
 
 # Retention and bulk loading

@@ -6,3 +6,10 @@ class MemoryAppConfig(AppConfig):
     label = "memory_app"
     verbose_name = "Memory"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Vector similarity for memory ranked by meaning, in every SQLite connection
+        # opened from here on (memory_app.vectors says how).
+        from memory_app import vectors
+
+        vectors.install()

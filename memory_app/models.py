@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -76,6 +77,24 @@ class MemoryEntry(models.Model):
         indexes = [
             models.Index(fields=["scope", "-updated_at"], name="memory_scope_updated"),
             models.Index(fields=["expires_at"], name="memory_expires"),
+            # A run is told an owner's most recently updated facts when its message
+            # matches none (goaai.sql.memory_context_rows): one index per scope,
+            # read newest first, whatever the size of the owner's memory.
+            models.Index(
+                fields=["session", "-updated_at"],
+                condition=Q(scope=MemoryScope.SESSION),
+                name="memory_session_recent",
+            ),
+            models.Index(
+                fields=["user", "-updated_at"],
+                condition=Q(scope=MemoryScope.USER),
+                name="memory_user_recent",
+            ),
+            models.Index(
+                fields=["agent", "-updated_at"],
+                condition=Q(scope=MemoryScope.AGENT),
+                name="memory_agent_recent",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=_SCOPE_OWNER, name="memory_scope_owner_matches"),
@@ -106,6 +125,41 @@ class MemoryEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}:{self.key}"
+
+
+class EmbeddingField(models.Field):  # type: ignore[type-arg]
+    """A vector of floats, as the vector search of each database reads it: a
+    ``real[]`` on PostgreSQL (compared by pgvector, cast to its ``vector``, where
+    the extension is installed), little-endian float32s in a BLOB on SQLite (compared
+    by sqlite-vec). Written and read only through :mod:`goaai.sql`."""
+
+    description = "A vector of floats"
+
+    def db_type(self, connection: Any) -> str:
+        return "real[]" if connection.vendor == "postgresql" else "blob"
+
+
+class MemoryEmbedding(models.Model):
+    """The embedding of one entry's text (its key and value) by one model, written
+    with the entry by :mod:`memory_app.services` when embeddings are configured.
+
+    The database deletes it with its entry (its foreign key cascades there, so that
+    set-based deletes of entries take their vectors along; Django's collector leaves
+    it alone), and a changed entry's vector is replaced in the same transaction."""
+
+    entry = models.OneToOneField(
+        MemoryEntry,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    # The embedder's name, "<profile>:<model>": vectors of other models are ignored.
+    model = models.CharField(max_length=200)
+    vector = EmbeddingField()
+
+    def __str__(self) -> str:
+        return f"{self.model} embedding of {self.entry_id}"
 
 
 class MemoryRevision(models.Model):

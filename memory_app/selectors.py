@@ -1,20 +1,32 @@
-"""Reads of memory: exact lookups, and the scope resolution runs use."""
+"""Reads of memory: exact lookups, the scope resolution runs use, and the ranked
+search that chooses what a run is told."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
 from uuid import UUID
 
 from django.db.models import Q
 from django.utils import timezone
 
 from goaai import sql
+from goaai.runtime.embeddings import Embedder, EmbeddingError
 from goaai.runtime.errors import InvalidMemoryScope, NotFound
+from goaai.runtime.memory_ranking import (
+    Fact,
+    candidate_limit,
+    choose_facts,
+    fuse,
+    search_terms,
+)
 from goaai.runtime.types import MemoryRecord
 from goaai.runtime.vocabulary import MemoryScope
-from memory_app.models import MemoryEntry
+from memory_app import vectors
+from memory_app.models import MemoryEmbedding, MemoryEntry
 from sessions_app.models import Session
 from sessions_app.selectors import session_owner_and_agent
+
+logger = logging.getLogger(__name__)
 
 
 def owner_filter(
@@ -103,29 +115,72 @@ def memory_resolve(*, key: str, session_id: UUID) -> MemoryEntry | None:
     return MemoryEntry.objects.filter(pk=record.id).first() if record else None
 
 
-def memory_context(*, session_id: UUID, limit: int = 20) -> list[tuple[str, str, Any]]:
-    """Up to ``limit`` live facts a run in the session starts with, as (scope, key,
-    value): the session's own first, then its user's, its agent's, the global ones.
-
-    Each scope is read through its own (owner, key) index with its own limit, so the
-    cost does not grow with the size of the global or agent memory.
-    """
+def _owner(session_id: UUID) -> tuple[int, str]:
     owner = session_owner_and_agent(session_id)
     if owner is None:
         raise NotFound(f"No session {session_id}.")
-    owner_id, agent = owner
-    rows = sql.memory_context_rows(
+    return owner
+
+
+def _query_vector(embedder: Embedder | None, query: str) -> list[float] | None:
+    """The message's embedding, or ``None`` (no embedder, or it failed: the ranking
+    is then by full text alone, and the failure is logged)."""
+    if embedder is None or not query.strip():
+        return None
+    try:
+        return embedder.embed([query])[0]
+    except EmbeddingError:
+        logger.warning("Memory ranked by full text only: embedding the query failed", exc_info=True)
+        return None
+
+
+def _ranked(
+    *, session_id: UUID, query: str, limit: int, recent: int
+) -> tuple[list[Fact], list[Fact]]:
+    """The session's facts relevant to ``query``, best first (full-text and vector
+    rankings fused), and its ``recent`` most recently updated facts."""
+    owner_id, agent = _owner(session_id)
+    embedder = vectors.embedder()
+    vector = _query_vector(embedder, query)
+    found = sql.memory_ranked_rows(
         MemoryEntry,
+        MemoryEmbedding,
         session_id=session_id,
         owner_id=owner_id,
         agent=agent,
-        now=timezone.now(),
+        terms=search_terms(query),
         limit=limit,
+        recent=recent,
+        vector=vector,
+        embedder=embedder.name if embedder is not None else "",
     )
-    rows.sort(key=lambda row: (row[0], row[2]))
-    facts: dict[str, tuple[str, str, Any]] = {}
-    for _, scope, key, value in rows:
-        # A key set in a more specific scope hides the same key further out, as
-        # resolution does: the run is told only the value it would read.
-        facts.setdefault(key, (scope, key, value))
-    return list(facts.values())[:limit]
+    if not found.similar:
+        return found.matching, found.recent
+    facts = {fact[1]: fact for fact in (*found.matching, *found.similar)}
+    order = fuse([[f[1] for f in found.matching], [f[1] for f in found.similar]])
+    return [facts[key] for key in order], found.recent
+
+
+def memory_context(*, session_id: UUID, query: str, budget: int) -> tuple[Fact, ...]:
+    """The facts a run in the session starts with, for its message ``query``, as
+    (scope, key, value), within ``budget`` tokens
+    (:func:`goaai.runtime.memory_ranking.choose_facts`): first those relevant to the
+    message (its words, ranked by the database's full-text search, and with
+    embeddings configured its meaning, the two rankings fused), then the most
+    recently updated. Only live facts the session reads, a more specific scope hiding
+    the same key further out, as resolution does.
+
+    Two statements, whatever the size of the memory (one when the process knows the
+    session's owner), and with embeddings one call to the embedding model."""
+    if budget <= 0:
+        return ()
+    limit = candidate_limit(budget)
+    relevant, recent = _ranked(session_id=session_id, query=query, limit=limit, recent=limit)
+    return choose_facts(relevant, recent, budget)
+
+
+def memory_search(*, session_id: UUID, query: str, limit: int = 5) -> list[Fact]:
+    """At most ``limit`` facts the session reads that match ``query``, best first,
+    as (scope, key, value): ranked as :func:`memory_context` ranks relevant ones."""
+    relevant, _ = _ranked(session_id=session_id, query=query, limit=limit, recent=0)
+    return relevant[:limit]

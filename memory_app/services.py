@@ -1,24 +1,36 @@
-"""Every write to memory. Each change bumps the entry's version and leaves a revision."""
+"""Every write to memory. Each change bumps the entry's version and leaves a revision.
+
+The full-text index follows every change by itself (SQLite's triggers, PostgreSQL's
+generated column: see the migration ``0002_memory_search``); with embeddings
+configured, an entry's vector is computed before its write and stored with it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from goaai import sql
 from goaai.runtime import payloads
+from goaai.runtime.embeddings import EmbeddingError
 from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
-from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
+from goaai.runtime.memory_ranking import fact_text
+from memory_app import vectors
+from memory_app.models import MemoryEmbedding, MemoryEntry, MemoryRevision, RevisionAction
 from memory_app.selectors import owner_filter
 from sessions_app.eventlog import EventBatch, recording
 
 MAX_KEY_LENGTH = 200
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -106,6 +118,8 @@ def memory_store(
     writer = payloads.memory_writer(
         user_id=written_by_user_id, run_id=written_by_run_id, tool_call_id=written_by_tool_call_id
     )
+    # Embedded before the transaction: a slow embedding model holds no lock.
+    embedding = _embedding(key, value)
     raced: _Raced | None = None
     for _ in range(3 if expected_version is None else 1):
         try:
@@ -166,6 +180,8 @@ def memory_store(
                     entry.refresh_from_db()
                     action = RevisionAction.UPDATED
                 _revise(entry, action, entry.version, writer)
+                if embedding is not None:
+                    _keep_embedding(entry.pk, embedding)
                 if batch is not None:
                     batch.add(
                         *payloads.memory_stored(
@@ -188,6 +204,37 @@ def memory_store(
         str(raced) if raced else f"The {scope} entry {key!r} kept changing concurrently.",
         current=raced.current if raced else None,
     )
+
+
+class _Embedding(NamedTuple):
+    model: str
+    vector: list[float] | None
+
+
+def _embedding(key: str, value: Any) -> _Embedding | None:
+    """The embedding of an entry about to be written, when embeddings are configured
+    (``vector`` is ``None`` when the model failed: the entry is written all the
+    same, found by its words until it is written again)."""
+    embedder = vectors.embedder()
+    if embedder is None:
+        return None
+    try:
+        (vector,) = embedder.embed([fact_text(key, value)])
+    except EmbeddingError:
+        logger.warning("Memory entry %r stored without its embedding", key, exc_info=True)
+        return _Embedding(embedder.name, None)
+    return _Embedding(embedder.name, vector)
+
+
+def _keep_embedding(entry_id: UUID, embedding: _Embedding) -> None:
+    """Store the entry's new vector, or drop its old one when there is none: a
+    vector of the previous value would rank it for what it no longer says."""
+    if embedding.vector is None:
+        sql.memory_embedding_delete(MemoryEmbedding, entry_id=entry_id)
+    else:
+        sql.memory_embedding_store(
+            MemoryEmbedding, entry_id=entry_id, model=embedding.model, vector=embedding.vector
+        )
 
 
 def memory_delete(

@@ -10,7 +10,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from goaai.access import CHANGE, log_actions
@@ -31,7 +31,10 @@ from goaai.runtime import rt
 from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES
 from runs_app import admin_timeline as timeline
-from runs_app import agent_admin  # noqa: F401  (registers the agents' admin)
+from runs_app import (
+    agent_admin,  # noqa: F401  (registers the agents' admin)
+    branch_admin,  # noqa: F401  (registers summaries and forks)
+)
 from runs_app.access import RUN_RECORD, canceled_by, may_act_on_every_run, may_read_every_record
 from runs_app.export import run_document
 from runs_app.models import ModelPrice, Run, ToolCall, Turn
@@ -119,6 +122,8 @@ class RunAdmin(ReadOnlyAdmin):
         "policy",
         "parent_run_link",
         "parent_tool_call_link",
+        "branch_links",
+        "multitask",
         "created_by",
         "input_tokens",
         "output_tokens",
@@ -161,6 +166,21 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="Parent")
     def parent_link(self, obj: Run) -> str:
         return admin_id_link(Run, obj.parent_run_id, "parent run")
+
+    @admin.display(description="Branch")
+    def branch_links(self, obj: Run) -> str:
+        """The run this one continues from, and the run it redoes (by id alone)."""
+        links = [
+            format_html("{} {}", label, admin_id_link(Run, pk))
+            for label, pk in (
+                ("continues from", obj.previous_run_id),
+                ("retry of", obj.retry_of_id),
+                ("regenerates", obj.regenerates_id),
+                ("edit of", obj.edit_of_id),
+            )
+            if pk is not None
+        ]
+        return format_html_join(" · ", "{}", ((link,) for link in links)) or "none"
 
     @admin.display(description="Cost", ordering="cost")
     def cost_column(self, obj: Run) -> str:

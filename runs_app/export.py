@@ -18,7 +18,8 @@ from runs_app.api.serializers import (
     ToolCallSerializer,
     TurnSerializer,
 )
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
+from runs_app.selectors import with_queue
 from sessions_app.api.serializers import SessionSerializer
 from sessions_app.models import RunEvent, Session
 
@@ -32,12 +33,19 @@ def _session_parts(
     session: Session,
 ) -> tuple[dict[str, Any], list[tuple[str, Iterator[Any]]]]:
     """The head of a session's document and its lists, each read in order, in chunks."""
+    fork = SessionFork.objects.filter(session=session).first()
     head: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "exported_at": timezone.now().isoformat(),
         "session": SessionSerializer(session).data,
+        # A fork's history begins in the session it was forked from.
+        "forked_from": {"session": fork.source_session_id, "run": fork.source_run_id}
+        if fork is not None
+        else None,
     }
-    runs = Run.objects.filter(session=session).order_by("created_at")
+    # With the run each queued one waits for, read with the rows.
+    runs = with_queue(Run.objects.filter(session=session)).order_by("created_at")
+    summaries = HistorySummary.objects.filter(session=session).order_by("created_at")
     turns = Turn.objects.filter(run__session=session).order_by("run_id", "index")
     calls = ToolCall.objects.filter(session=session).order_by("created_at", "index")
     events = RunEvent.objects.filter(session=session).order_by("seq")
@@ -48,13 +56,34 @@ def _session_parts(
         ("tool_calls", (ToolCallSerializer(c).data for c in calls.iterator(chunk_size=_CHUNK))),
         ("events", (RunEventSerializer(e).data for e in events.iterator(chunk_size=_CHUNK))),
         ("memory", (MemoryEntrySerializer(m).data for m in memory.order_by("key"))),
+        ("history_summaries", (summary_document(s) for s in summaries.iterator())),
     ]
     return head, lists
 
 
+def summary_document(summary: HistorySummary) -> dict[str, Any]:
+    """A history summary as an export shows it."""
+    return {
+        "id": summary.id,
+        "run": summary.run_id,
+        "through_run": summary.through_run_id,
+        "previous": summary.previous_id,
+        "runs_covered": summary.runs_covered,
+        "text": summary.text,
+        "model": summary.model,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "cost": None if summary.cost is None else str(summary.cost),
+        "latency_ms": summary.latency_ms,
+        "created_at": summary.created_at,
+    }
+
+
 def session_document(session: Session) -> dict[str, Any]:
-    """Everything recorded about a session: the session, its runs (child runs too),
-    their turns and tool calls, its whole event log and its session memory; each
+    """Everything recorded about a session: the session (and where it was forked
+    from), its runs (child runs too, each with its place on the branches), their
+    turns and tool calls, its whole event log, its session memory and the summaries
+    of its history; each
     list in order and read in chunks, the rows as the API shows them one by one."""
     head, lists = _session_parts(session)
     return {**head, **{name: list(items) for name, items in lists}}

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import NamedTuple
 from uuid import UUID
 
 from django.conf import settings
-from django.db.models import F, Prefetch, Q, QuerySet
+from django.db.models import (
+    Case,
+    Exists,
+    F,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    UUIDField,
+    Value,
+    When,
+)
 from django.utils import timezone
 
+from goaai import sql
+from goaai.runtime.context import MAX_HISTORY_RUNS
 from goaai.runtime.errors import NotFound
-from goaai.runtime.vocabulary import RunStatus
-from runs_app.models import Run, ToolCall, Turn
+from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 
 
 def run_get(*, run_id: UUID) -> Run:
@@ -21,21 +36,78 @@ def run_get(*, run_id: UUID) -> Run:
         raise NotFound(f"No run {run_id}.") from None
 
 
-def session_history(*, session_id: UUID, before: Run) -> list[tuple[str, str]]:
-    """The (user input, final answer) pairs of the session's earlier top-level runs
-    that produced an answer, oldest first: the context a new run continues from."""
-    rows = (
-        Run.objects.filter(
-            session_id=session_id,
-            parent_run__isnull=True,
-            status=RunStatus.COMPLETED,
-            created_at__lt=before.created_at,
+class BranchHistory(NamedTuple):
+    runs: list[Run]
+    summary: HistorySummary | None
+    cut: bool
+
+
+def branch_history(*, previous_run_id: UUID | None) -> BranchHistory:
+    """The runs a run continuing from ``previous_run_id`` sees, oldest first, each
+    with its turns and their tool calls: its branch back to the latest summary,
+    which stands for the rest (or to the branch's start, or MAX_HISTORY_RUNS)."""
+    if previous_run_id is None:
+        return BranchHistory([], None, cut=False)
+    walked = sql.branch_walk(Run, HistorySummary, start=previous_run_id, limit=MAX_HISTORY_RUNS)
+    summary = None
+    if walked and walked[-1][1]:
+        summary = (
+            HistorySummary.objects.filter(through_run_id=walked[-1][0])
+            .order_by("-created_at")
+            .first()
         )
-        .exclude(pk=before.pk)
-        .order_by("created_at")
-        .values_list("input", "output")
+        walked = walked[:-1]
+    cut = summary is None and len(walked) == MAX_HISTORY_RUNS
+    ids = [run_id for run_id, _ in walked]
+    runs = {
+        run.pk: run
+        for run in Run.objects.filter(pk__in=ids)
+        .only("id", "input", "status", "error_message")
+        .prefetch_related(
+            Prefetch(
+                "turns",
+                queryset=Turn.objects.order_by("index")
+                .defer("request_messages", "reasoning", "reasoning_state")
+                .prefetch_related(
+                    Prefetch("tool_calls", queryset=ToolCall.objects.order_by("index"))
+                ),
+            )
+        )
+    }
+    return BranchHistory([runs[i] for i in reversed(ids) if i in runs], summary, cut)
+
+
+class Exchange(NamedTuple):
+    input: str
+    output: str
+    status: str
+
+
+# The most inherited exchanges a fork's page shows.
+FORK_EXCHANGES_SHOWN = 30
+
+
+def fork_origin(*, session_id: UUID) -> tuple[SessionFork, list[Exchange], bool] | None:
+    """Where a forked session came from, and the exchanges it inherited (oldest
+    first, the last :data:`FORK_EXCHANGES_SHOWN` of them; ``True`` when there were
+    more), or ``None`` for a session that is no fork."""
+    fork = (
+        SessionFork.objects.filter(session_id=session_id).select_related("source_session").first()
     )
-    return list(rows)
+    if fork is None:
+        return None
+    if fork.source_run_id is None:
+        return fork, [], False
+    walked = sql.branch_walk(Run, HistorySummary, start=fork.source_run_id, limit=MAX_HISTORY_RUNS)
+    ids = [run_id for run_id, _ in walked][: FORK_EXCHANGES_SHOWN + 1]
+    rows = {
+        pk: Exchange(text, output, status)
+        for pk, text, output, status in Run.objects.filter(pk__in=ids).values_list(
+            "id", "input", "output", "status"
+        )
+    }
+    shown = [rows[i] for i in reversed(ids[:FORK_EXCHANGES_SHOWN]) if i in rows]
+    return fork, shown, len(walked) > FORK_EXCHANGES_SHOWN
 
 
 def runs_with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
@@ -115,10 +187,88 @@ def runs_without_worker(
             | Q(status=RunStatus.PENDING, created_at__lt=stale)
         )
         .filter(not_on_queue(now=now, lease_seconds=lease))
+        # A run waiting for its turn is handed over when the run before it ends.
+        .exclude(Q(status=RunStatus.PENDING) & Q(Exists(_open_ahead())))
         .order_by("created_at")
         .values_list("id", flat=True)[:limit]
     )
     return list(rows)
+
+
+# One run at a time in a session: a top-level run starts only once every top-level
+# run of its session created before it has ended. Creation order is the order the
+# runs took the session's lock in (``run_create``), so it is the order messages
+# arrived in.
+
+
+def _open_ahead() -> QuerySet[Run]:
+    """The open top-level runs of the outer run's session created before it."""
+    return Run.objects.filter(
+        session_id=OuterRef("session_id"),
+        parent_run__isnull=True,
+        status__in=OPEN_RUN_STATUSES,
+        created_at__lt=OuterRef("created_at"),
+    )
+
+
+def with_queue(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """``runs`` with ``queued_behind_id``: for a top-level run that has not started,
+    the open run of its session just before it, which it waits for (``None`` when
+    its turn has come, and for every other run). One subquery, answered by the
+    (session, created_at) index."""
+    ahead = _open_ahead().order_by("-created_at").values("id")[:1]
+    return runs.annotate(
+        queued_behind_id=Case(
+            When(status=RunStatus.PENDING, parent_run__isnull=True, then=Subquery(ahead)),
+            default=Value(None),
+            output_field=UUIDField(),
+        )
+    )
+
+
+def run_queued_behind(*, run_id: UUID) -> UUID | None:
+    """The run ``run_id`` waits for (see :func:`with_queue`), or ``None``; in one
+    query (for any run but a pending top-level one, the subqueries find nothing)."""
+    waiting = Run.objects.filter(pk=run_id, status=RunStatus.PENDING, parent_run__isnull=True)
+    found: UUID | None = (
+        Run.objects.filter(
+            session_id=Subquery(waiting.values("session_id")[:1]),
+            parent_run__isnull=True,
+            status__in=OPEN_RUN_STATUSES,
+            created_at__lt=Subquery(waiting.values("created_at")[:1]),
+        )
+        .order_by("-created_at")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return found
+
+
+def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
+    """The session's top-level runs that have not ended, as (id, status), oldest
+    first: the first is at work (or waits for a person), the rest wait their turn."""
+    rows = (
+        Run.objects.filter(
+            session_id=session_id, parent_run__isnull=True, status__in=OPEN_RUN_STATUSES
+        )
+        .order_by("created_at")
+        .values_list("id", "status")
+    )
+    return list(rows)
+
+
+def session_next_queued(*, session_id: UUID) -> UUID | None:
+    """The session's run whose turn has come: its oldest open top-level run, if it
+    has not started yet."""
+    first = (
+        Run.objects.filter(
+            session_id=session_id, parent_run__isnull=True, status__in=OPEN_RUN_STATUSES
+        )
+        .order_by("created_at")
+        .values_list("id", "status")
+        .first()
+    )
+    return first[0] if first is not None and first[1] == RunStatus.PENDING else None
 
 
 def run_for_idempotency_key(*, session_id: UUID, key: str) -> Run | None:

@@ -11,12 +11,13 @@ run, a turn or a tool call has one function here, which every path uses.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -26,9 +27,11 @@ from goaai.runtime.errors import (
     DuplicateIdempotencyKey,
     IllegalTransition,
     NotFound,
+    RunActive,
     SessionEnded,
 )
 from goaai.runtime.policy import Decision
+from goaai.runtime.questions import Question
 from goaai.runtime.types import USAGE_KINDS, Branch, Usage, known_cost
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
@@ -36,17 +39,52 @@ from goaai.runtime.vocabulary import (
     AwaitingKind,
     ErrorKind,
     FinishReason,
+    Multitask,
     RunStatus,
     SessionStatus,
     ToolCallStatus,
     sources_of,
 )
-from runs_app import pricing
+from runs_app import pricing, selectors
 from runs_app.metrics import observe_model_latency
-from runs_app.models import AgentVersion, Run, SessionFork, ToolCall, Turn
+from runs_app.models import AgentVersion, HistorySummary, Run, SessionFork, ToolCall, Turn
+from sessions_app import services as session_services
 from sessions_app.eventlog import EventBatch, recording
+from sessions_app.models import Session
 
 # Runs
+
+
+def session_fork(*, source_run_id: UUID, owner_id: int, title: str = "") -> Session:
+    """A new session of ``owner_id``'s with the source run's agent, whose history is
+    the source's branch up to and including that run (its first run continues from
+    it), linked for audit (:class:`SessionFork`); the source stays as it is."""
+    source = (
+        Run.objects.filter(pk=source_run_id, parent_run__isnull=True)
+        .select_related("session")
+        .first()
+    )
+    if source is None:
+        raise NotFound(f"No run {source_run_id}.")
+    original = source.session
+    with transaction.atomic():
+        session = session_services.session_create(
+            owner_id=owner_id,
+            agent=original.agent,
+            title=title or _fork_title(original.title),
+            metadata=original.metadata,
+        )
+        SessionFork.objects.create(
+            session=session,
+            source_session=original,
+            source_run=source,
+            created_by_id=owner_id,
+        )
+    return session
+
+
+def _fork_title(title: str) -> str:
+    return f"{title or 'Conversation'} (fork)"
 
 
 def session_head(session_id: UUID) -> UUID | None:
@@ -83,6 +121,7 @@ def run_create(
     policy_decisions: list[Decision] | None = None,
     agent_version: AgentVersion | None = None,
     branch: Branch | None = None,
+    multitask: str = Multitask.ENQUEUE,
 ) -> Run:
     """Create a pending run in an active session (:class:`SessionEnded` otherwise).
 
@@ -90,12 +129,22 @@ def run_create(
     as a ``policy.decision`` event of the new run. ``agent_version`` is the version
     of the agent it executes (see :mod:`runs_app.agents`). A top-level run continues
     from ``branch`` (by default from the session's head, :func:`session_head`).
+
+    While another top-level run of the session is open, ``multitask`` decides, under
+    the session's lock (two messages at the same moment are taken one after the
+    other): ``enqueue`` queues the new run behind the open ones (``run.queued``; it
+    starts when they have ended, see :func:`run_claim`), ``interrupt`` asks them to
+    stop and queues it behind them, ``reject`` raises :class:`RunActive` naming the
+    open run and records nothing. A run called as a tool is never queued.
     """
     decisions = policy_decisions or []
     linked = parent_run_id is not None
     with recording(session_id, expect=1 + len(decisions) + linked) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
+        ahead = [] if linked else selectors.session_open_runs(session_id=session_id)
+        if ahead and multitask == Multitask.REJECT:
+            _refuse_beside(session_id, ahead[-1], idempotency_key)
         if linked:
             branch = Branch(previous_run_id=None)
         elif branch is None:
@@ -120,6 +169,7 @@ def run_create(
             request_fingerprint=fingerprint,
             agent_version=agent_version,
             agent_version_number=agent_version.number if agent_version else None,
+            multitask=Multitask(multitask) if ahead else "",
         )
         try:
             sql.insert(run)
@@ -154,7 +204,42 @@ def run_create(
                 *payloads.run_child_linked(child_run=run.id, parent_tool_call=parent_tool_call_id),
                 run_id=parent_run_id,
             )
+        if ahead:
+            _queue(batch, run, [run_id for run_id, _ in ahead], Multitask(multitask))
     return run
+
+
+def _refuse_beside(session_id: UUID, active: tuple[UUID, str], key: str | None) -> None:
+    """Refuse a message while ``active`` (id, status) is open (``multitask:
+    reject``); a reused Idempotency-Key is told as such first, so that a retry
+    racing its own first attempt finds the run that attempt created."""
+    if key is not None and Run.objects.filter(session_id=session_id, idempotency_key=key).exists():
+        raise DuplicateIdempotencyKey(
+            f"Session {session_id} already has a run with idempotency key {key!r}."
+        )
+    active_id, status = active
+    raise RunActive(
+        f"Run {active_id} of session {session_id} is still {status}; this session takes "
+        "one message at a time.",
+        active_run_id=active_id,
+    )
+
+
+def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask) -> None:
+    """The new ``run`` arrived while the runs ``ahead`` (oldest first) were open: it
+    waits behind those still open, after asking them all to stop for ``interrupt``
+    (one that no loop executes is canceled at once; a working one stops at its next
+    step, keeping what it had said)."""
+    if multitask == Multitask.INTERRUPT:
+        reason = f"interrupted by a new message (run {run.id})"
+        ahead = [
+            run_id for run_id in ahead if not _cancel_or_flag(batch, run_id, reason).is_terminal
+        ]
+    if ahead:
+        batch.add(
+            *payloads.run_queued(behind=ahead[-1], ahead=len(ahead), multitask=multitask),
+            run_id=run.id,
+        )
 
 
 @dataclass(frozen=True)
@@ -261,10 +346,12 @@ def run_time_out(*, run_id: UUID, message: str) -> Run:
     return run
 
 
-def run_cancel(*, run_id: UUID, reason: str = "") -> Run:
-    """Cancel a run now (from pending, running or awaiting input)."""
+def run_cancel(*, run_id: UUID, reason: str = "", output: str = "") -> Run:
+    """Cancel a run now (from pending, running or awaiting input); ``output`` is what
+    it had said when it was stopped, kept as its output."""
+    kept = {"output": output} if output else {}
     with recording(run_id, of=Run) as batch:
-        run = _run_end(batch, run_id, RunStatus.CANCELED, cancel_reason=reason[:200])
+        run = _run_end(batch, run_id, RunStatus.CANCELED, cancel_reason=reason[:200], **kept)
     return run
 
 
@@ -315,14 +402,22 @@ def run_await_input(
     kind: AwaitingKind,
     tool_call_id: UUID,
     question: str = "",
+    choices: Sequence[str] = (),
+    multiple: bool = False,
     child_run_id: UUID | None = None,
 ) -> Run:
     """``running`` → ``awaiting_input``: a tool needs approval, the agent asks a
-    question, or an agent it called waits for a person (``child_run_id``). The
-    worker's lease is released: nobody executes a waiting run."""
+    question (offering ``choices``, one or ``multiple`` to pick, if any), or an
+    agent it called waits for a person (``child_run_id``). The worker's lease is
+    released: nobody executes a waiting run."""
     with recording(run_id, of=Run, expect=1) as batch:
         awaiting = payloads.awaiting(
-            kind=kind, tool_call=tool_call_id, question=question, child_run=child_run_id
+            kind=kind,
+            tool_call=tool_call_id,
+            question=question,
+            choices=choices,
+            multiple=multiple,
+            child_run=child_run_id,
         )
         run = _transition(
             batch,
@@ -392,23 +487,30 @@ def run_respond(
     decision: str = "",
     reason: str = "",
     answer: str | None = None,
+    choices: Sequence[str] | None = None,
     decided_by_id: int | None = None,
 ) -> Run:
     """Answer what a waiting run asks: approve or deny a tool call, or answer a
-    question. The run becomes ``running`` again, ready to be claimed.
+    question in words (``answer``) or with the ``choices`` it offers. The run
+    becomes ``running`` again, ready to be claimed.
 
     Raises :class:`IllegalTransition` when the run is not waiting, or waits for
-    something other than what the answer addresses (an answer that came too late).
+    something other than what the answer addresses (an answer that came too late),
+    and :class:`~goaai.runtime.errors.InvalidAnswer` when the question does not
+    accept the answer.
     """
     with recording(run_id, of=Run) as batch:
         run = Run.objects.get(pk=run_id)
         call = _waited_call(run, tool_call_id)
         kind = (run.awaiting or {}).get("kind")
         if kind == AwaitingKind.QUESTION:
-            if answer is None:
+            if answer is None and choices is None:
                 raise IllegalTransition(run_id, "waiting for an answer", "a decision")
-            _tool_call_decide(batch, call, "answered", "", decided_by_id, record_reason=False)
-            _tool_call_end(batch, call, ToolCallStatus.SUCCEEDED, result={"answer": answer})
+            result = Question.of(run.awaiting or {}).result(answer=answer, choices=choices)
+            _tool_call_decide(
+                batch, call, "answered", "", decided_by_id, record_reason=False, answer=result
+            )
+            _tool_call_end(batch, call, ToolCallStatus.SUCCEEDED, result=result)
         else:
             if decision not in ("approve", "deny"):
                 raise IllegalTransition(run_id, "waiting for approval", f"decision {decision!r}")
@@ -473,11 +575,19 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     """Take a run for execution under a lease (:class:`Claim`); ``None`` if it is
     not claimable.
 
-    A pending run starts (``run.started``); a running run that no live worker holds
-    (its lease expired, or it was released after an answer) is taken over, and
-    taking over from a dead worker is recorded as ``run.resumed``.
+    A pending run starts (``run.started``), unless it is a top-level run and an
+    earlier top-level run of its session is still open: then it waits for its turn
+    (checked under the session's lock, so no hand-off, however early or repeated,
+    starts it before then). A running run that no live worker holds (its lease
+    expired, or it was released after an answer) is taken over, and taking over
+    from a dead worker is recorded as ``run.resumed``.
     """
     with recording(run_id, of=Run, expect=1) as batch:
+        if selectors.run_queued_behind(run_id=run_id) is not None:
+            # Its mark of being on the distributed queue goes: the hand-off that
+            # comes when its turn does must not be taken for a copy of this one.
+            Run.objects.filter(pk=run_id, queued_at__isnull=False).update(queued_at=None)
+            return None
         now = batch.now
         expires = now + dt.timedelta(seconds=lease_seconds)
         started = sql.update(
@@ -534,6 +644,62 @@ def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str
         batch.add(
             *payloads.policy_decision(rule=rule, verdict=verdict, reason=reason), run_id=run_id
         )
+
+
+def history_summary_record(
+    *,
+    run_id: UUID,
+    through_run_id: UUID,
+    previous_id: UUID | None,
+    runs_covered: int,
+    text: str,
+    model: str,
+    usage: Usage,
+    latency_ms: int,
+) -> HistorySummary:
+    """Record the summary a run's model wrote of the branch up to and including
+    ``through_run_id``; add its usage and cost (at ``model``'s price in force now)
+    to the run's, which asked for it."""
+    with recording(run_id, of=Run, expect=1) as batch:
+        cost = pricing.turn_cost(model, usage, batch.now)
+        summary = HistorySummary(
+            session_id=batch.session_id,
+            run_id=run_id,
+            through_run_id=through_run_id,
+            previous_id=previous_id,
+            runs_covered=runs_covered,
+            text=text,
+            model=model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost=cost,
+            latency_ms=latency_ms,
+        )
+        sql.insert(summary)
+        sql.update(
+            Run,
+            run_id,
+            {},
+            add={
+                **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
+                "total_tokens": usage.total_tokens,
+                "cost": cost or 0,
+                "unpriced_turns": 0 if cost is not None else 1,
+            },
+        )
+        batch.add(
+            *payloads.history_summarized(
+                summary=summary.id,
+                through_run=through_run_id,
+                runs_covered=runs_covered,
+                model=model,
+                used=usage,
+                cost=cost,
+                latency_ms=latency_ms,
+            ),
+            run_id=run_id,
+        )
+    return summary
 
 
 # Turns
@@ -826,8 +992,10 @@ def _tool_call_decide(
     decided_by_id: int | None,
     *,
     record_reason: bool,
+    answer: Mapping[str, Any] | None = None,
 ) -> None:
-    """Record what a person decided about a tool call that asked them."""
+    """Record what a person decided about a tool call that asked them (for a
+    question, ``answer``: the call's result)."""
     ToolCall.objects.filter(pk=call.id).update(
         decision=decision,
         decision_reason=reason,
@@ -843,6 +1011,7 @@ def _tool_call_decide(
             decided_by=decided_by_id,
             # By name too: the log is read by people who do not know user ids.
             decided_by_name=_username(decided_by_id),
+            answer=answer,
         ),
         run_id=call.run_id,
     )

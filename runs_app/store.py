@@ -6,8 +6,9 @@ loop's records are the same rows, events and checks the API and admin produce.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -15,8 +16,11 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
+from goaai.runtime.memory_ranking import memory_budget
 from goaai.runtime.policy import Decision
 from goaai.runtime.types import (
+    Branch,
+    EarlierRun,
     MemoryRecord,
     Message,
     ModelReply,
@@ -24,24 +28,22 @@ from goaai.runtime.types import (
     RunError,
     RunInfo,
     SessionInfo,
+    SummaryState,
     ToolCallRequest,
     ToolCallState,
     ToolOutcome,
     TurnState,
 )
-from goaai.runtime.vocabulary import AwaitingKind, RunStatus
+from goaai.runtime.vocabulary import AwaitingKind, Multitask, RunStatus, ToolCallStatus
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
 from runs_app import agents, selectors, services
-from runs_app.models import AgentVersion, Run, Turn
+from runs_app.models import AgentVersion, HistorySummary, Run, ToolCall, Turn
 from runs_app.sessions import session_end
 from sessions_app import services as session_services
 from sessions_app.publisher import publish_delta
 from sessions_app.selectors import session_get
-
-# How many remembered facts a run is shown at its start.
-MEMORY_CONTEXT_LIMIT = 20
 
 
 def _turn_state(turn: Turn) -> TurnState:
@@ -58,10 +60,69 @@ def _turn_state(turn: Turn) -> TurnState:
     )
 
 
+def _earlier_run(run: Run) -> EarlierRun:
+    return EarlierRun(
+        id=run.id,
+        input=run.input,
+        status=run.status,
+        error_message=run.error_message,
+        turns=tuple(
+            TurnState(
+                id=turn.id,
+                index=turn.index,
+                request_messages=(),
+                ended=turn.ended_at is not None,
+                response_text=turn.response_text,
+                response_tool_calls=tuple(
+                    ToolCallRequest.from_dict(c) for c in turn.response_tool_calls
+                ),
+                tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
+                finish_reason=turn.finish_reason,
+                output_tokens=turn.output_tokens,
+            )
+            for turn in run.turns.all()
+        ),
+    )
+
+
+def _summary_state(summary: HistorySummary | None) -> SummaryState | None:
+    if summary is None:
+        return None
+    return SummaryState(
+        id=summary.id,
+        through_run_id=summary.through_run_id,
+        text=summary.text,
+        runs_covered=summary.runs_covered,
+    )
+
+
+def _info(run: Run) -> RunInfo:
+    """The run as the runtime sees it, with the run it waits for while it is queued
+    (read only for a top-level run that has not started)."""
+    info = RunInfo.of(run)
+    if run.status != RunStatus.PENDING or run.parent_run_id is not None:
+        return info
+    return replace(info, queued_behind=selectors.run_queued_behind(run_id=run.pk))
+
+
 def _version(agent: str, definition: dict[str, Any] | None) -> AgentVersion | None:
     if definition is None:
         return None
     return agents.version_for(definition)
+
+
+def _with_memory(context: RunContext) -> RunContext:
+    """The context with the facts the run is told: those most relevant to its input
+    within its agent's memory budget (:func:`memory_app.selectors.memory_context`).
+    A run that recorded turns already sent them, and replays what it sent."""
+    if context.turns:
+        return context
+    memory = memory_selectors.memory_context(
+        session_id=context.session_id,
+        query=context.input,
+        budget=memory_budget(context.definition),
+    )
+    return replace(context, memory=memory)
 
 
 class OrmRunStore:
@@ -100,8 +161,11 @@ class OrmRunStore:
         idempotency_key: str | None = None,
         fingerprint: str = "",
         definition: dict[str, Any] | None = None,
+        multitask: str = Multitask.ENQUEUE,
+        branch: Branch | None = None,
     ) -> RunInfo:
         run = services.run_create(
+            branch=branch,
             agent_version=_version(agent, definition),
             session_id=session_id,
             agent=agent,
@@ -113,14 +177,21 @@ class OrmRunStore:
             created_by_id=created_by_id,
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
+            multitask=multitask,
         )
-        return RunInfo.of(run)
+        # A run that found no other open is not queued: nothing more to read.
+        return _info(run) if run.multitask else RunInfo.of(run)
+
+    def fork_session(self, *, source_run_id: UUID, owner_id: int, title: str) -> SessionInfo:
+        return SessionInfo.of(
+            services.session_fork(source_run_id=source_run_id, owner_id=owner_id, title=title)
+        )
 
     def get_run(self, run_id: UUID) -> RunInfo:
-        return RunInfo.of(selectors.run_get(run_id=run_id))
+        return _info(selectors.run_get(run_id=run_id))
 
     def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
-        return RunInfo.of(services.run_request_cancel(run_id=run_id, reason=reason))
+        return _info(services.run_request_cancel(run_id=run_id, reason=reason))
 
     def respond(
         self,
@@ -131,6 +202,7 @@ class OrmRunStore:
         reason: str,
         answer: str | None,
         decided_by_id: int | None,
+        choices: Sequence[str] | None = None,
     ) -> RunInfo:
         run = services.run_respond(
             run_id=run_id,
@@ -138,6 +210,7 @@ class OrmRunStore:
             decision=decision,
             reason=reason,
             answer=answer,
+            choices=choices,
             decided_by_id=decided_by_id,
         )
         return RunInfo.of(run)
@@ -173,22 +246,19 @@ class OrmRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        # The claim and what the run starts from, read in the same transaction.
+        # The claim and what the run starts from, read in the same transaction; the
+        # facts it is told, after it (ranking them may ask an embedding model, and no
+        # transaction should wait for that).
         with transaction.atomic():
             claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
-            return None if claim is None else self._context(claim, owner)
+            context = None if claim is None else self._context(claim, owner)
+        return None if context is None else _with_memory(context)
 
     def _context(self, claim: services.Claim, owner: str) -> RunContext:
         run, fresh = claim.run, claim.fresh
-        history: list[Message] = []
-        if run.parent_run_id is None:
-            for user_text, answer in selectors.session_history(
-                session_id=run.session_id, before=run
-            ):
-                history.append(Message(role="user", content=user_text))
-                history.append(Message(role="assistant", content=answer))
-        memory = tuple(
-            memory_selectors.memory_context(session_id=run.session_id, limit=MEMORY_CONTEXT_LIMIT)
+        # A run called as a tool sees only its prompt; a top-level run its branch.
+        branch = selectors.branch_history(
+            previous_run_id=run.previous_run_id if run.parent_run_id is None else None
         )
         started = run.started_at or timezone.now()
         elapsed = max(0.0, (timezone.now() - started).total_seconds() - run.paused_seconds)
@@ -199,14 +269,15 @@ class OrmRunStore:
             agent=run.agent,
             input=run.input,
             labels=run.labels,
-            history=tuple(history),
+            history=tuple(_earlier_run(earlier) for earlier in branch.runs),
+            summary=_summary_state(branch.summary),
+            history_cut=branch.cut,
             policy=run.policy,
             elapsed_seconds=elapsed,
             # A run that has just started has recorded nothing to replay.
             turns=()
             if fresh
             else tuple(_turn_state(turn) for turn in selectors.run_turns(run_id=run.id)),
-            memory=memory,
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
             depth=selectors.run_depth(run=run) if run.parent_run_id else 0,
@@ -221,6 +292,9 @@ class OrmRunStore:
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
         return services.run_renew_lease(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
+
+    def next_queued_run(self, session_id: UUID) -> UUID | None:
+        return selectors.session_next_queued(session_id=session_id)
 
     def expired_runs(self, *, limit: int = 100) -> list[UUID]:
         return selectors.runs_without_worker(limit=limit)
@@ -315,6 +389,8 @@ class OrmRunStore:
         kind: str,
         tool_call_id: UUID,
         question: str = "",
+        choices: Sequence[str] = (),
+        multiple: bool = False,
         child_run_id: UUID | None = None,
     ) -> RunInfo:
         run = services.run_await_input(
@@ -322,6 +398,8 @@ class OrmRunStore:
             kind=AwaitingKind(kind),
             tool_call_id=tool_call_id,
             question=question,
+            choices=choices,
+            multiple=multiple,
             child_run_id=child_run_id,
         )
         return RunInfo.of(run)
@@ -344,7 +422,7 @@ class OrmRunStore:
             run = services.run_complete(run_id=run_id, output=output)
         elif status == RunStatus.CANCELED:
             reason = self.cancel_requested(run_id) or ""
-            run = services.run_cancel(run_id=run_id, reason=reason)
+            run = services.run_cancel(run_id=run_id, reason=reason, output=output)
         elif status == RunStatus.TIMED_OUT:
             run = services.run_time_out(run_id=run_id, message=error.message if error else "")
         else:
@@ -353,6 +431,44 @@ class OrmRunStore:
                 run_id=run_id, kind=error.kind, message=error.message, retryable=error.retryable
             )
         return RunInfo.of(run)
+
+    def record_summary(
+        self,
+        *,
+        run_id: UUID,
+        through_run_id: UUID,
+        previous_id: UUID | None,
+        runs_covered: int,
+        text: str,
+        model: str,
+        reply: ModelReply,
+        latency_ms: int,
+    ) -> UUID:
+        return services.history_summary_record(
+            run_id=run_id,
+            through_run_id=through_run_id,
+            previous_id=previous_id,
+            runs_covered=runs_covered,
+            text=text,
+            model=model,
+            usage=reply.usage,
+            latency_ms=latency_ms,
+        ).id
+
+    def tool_result(self, *, tool_call_id: UUID, owner_id: int) -> ToolOutcome | None:
+        row = (
+            ToolCall.objects.filter(
+                pk=tool_call_id,
+                session__owner_id=owner_id,
+                status__in=[ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED],
+            )
+            .values_list("result", "error_kind", "error_message")
+            .first()
+        )
+        if row is None:
+            return None
+        result, error_kind, error_message = row
+        return ToolOutcome(result=result, error_kind=error_kind, error_message=error_message)
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
         services.policy_decision_record(run_id=run_id, rule=rule, verdict=verdict, reason=reason)
@@ -413,6 +529,11 @@ class OrmRunStore:
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None:
         return memory_selectors.memory_resolve_record(key=key, session_id=session_id)
+
+    def search_memory(
+        self, *, session_id: UUID, query: str, limit: int = 5
+    ) -> list[tuple[str, str, Any]]:
+        return memory_selectors.memory_search(session_id=session_id, query=query, limit=limit)
 
     def get_memory(
         self,

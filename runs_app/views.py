@@ -23,8 +23,9 @@ from django.views.decorators.http import require_http_methods
 from goaai.access import allowed
 from goaai.runtime import rt
 from goaai.runtime.errors import NotFound, UnknownAgent
-from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
+from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, Multitask, RunStatus
 from memory_app.models import MemoryEntry
+from runs_app import selectors
 from runs_app.models import Run
 from sessions_app.access import may_read_session
 from sessions_app.models import Session
@@ -194,8 +195,10 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
     try:
         agent = rt.agents.get(session.agent)
         agent_description = agent.description
+        multitask = str(agent.conversation.multitask)
     except UnknownAgent:
         agent_description = "This agent is no longer configured."
+        multitask = Multitask.ENQUEUE.value
     now = timezone.now()
     open_runs = [
         {
@@ -220,6 +223,8 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
             "created_at": _iso(session.created_at),
             "ended_at": _iso(session.ended_at),
             "last_event_seq": session.last_event_seq,
+            # What a message sent while a run is active does (the composer says so).
+            "multitask": multitask,
         },
         "user": {"id": request.user.pk, "username": request.user.get_username()},
         "urls": {
@@ -243,5 +248,7 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
             "chat_data": data,
             "is_owner": session.owner_id == request.user.pk,
             "may": may,
+            # A fork shows the conversation it continues (read-only, from the original).
+            "fork": selectors.fork_origin(session_id=session.pk),
         },
     )

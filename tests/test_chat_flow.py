@@ -7,6 +7,9 @@ row, the memory entry and who wrote it, and the session's whole event log.
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import pytest
 from django.db import transaction
 
@@ -145,7 +148,10 @@ def test_remember_then_recall_then_end_the_session(inline_runtime, owner):
     assert [(m["role"], m["content"]) for m in turn2.request_messages[1:]] == [
         # What the agent remembers, after its prompt.
         ("system", "What you remember that applies here:\n- favourite colour: green (session)"),
+        # The first exchange in full: the call of memory_store, its result, the answer.
         ("user", "remember my favourite colour is green"),
+        ("assistant", ""),
+        ("tool", json.dumps({"ok": True, "result": store_call.result})),
         ("assistant", REMEMBERED),
         ("user", "what is my favourite colour?"),
     ]
@@ -347,10 +353,15 @@ def test_several_runs_on_worker_threads_keep_one_contiguous_log(thread_runtime, 
     results = [handle.wait(timeout=30) for handle in handles]
 
     assert [r.output for r in results] == ["1 * 2 = 2", "2 * 2 = 4", "3 * 2 = 6"]
+    # One at a time, in the order they were sent (those sent while one was at work
+    # waited behind it: a run.queued event each).
+    assert [r.started_at for r in results] == sorted(r.started_at for r in results)
+    assert all(a.ended_at <= b.started_at for a, b in itertools.pairwise(results))
     seqs = list(
         RunEvent.objects.filter(session_id=session.id).order_by("seq").values_list("seq", flat=True)
     )
-    assert seqs == list(range(1, 1 + 3 * len(RUN_WITH_ONE_TOOL_CALL) + 1))
+    queued = RunEvent.objects.filter(session_id=session.id, type="run.queued").count()
+    assert seqs == list(range(1, 1 + 3 * len(RUN_WITH_ONE_TOOL_CALL) + queued + 1))
 
 
 @pytest.mark.django_db(transaction=True)

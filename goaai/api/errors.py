@@ -7,7 +7,8 @@ The shape is drf-standardized-errors'::
 
 goaai's own errors (unknown ids, illegal transitions, version conflicts) are mapped
 here, once, to the status codes the API documents. A memory version conflict adds
-``"current"``: the entry as it is now, so a client can show it and retry.
+``"current"``: the entry as it is now, so a client can show it and retry; a message
+refused while a run is active adds ``"active_run"``: that run's id.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from drf_standardized_errors.handler import ExceptionHandler
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from goaai.api.exceptions import Conflict, PayloadTooLarge, VersionConflict
+from goaai.api.exceptions import Conflict, PayloadTooLarge, RunActiveConflict, VersionConflict
 from goaai.runtime import errors as goaai_errors
 
 
@@ -29,12 +30,19 @@ class GoaaiExceptionHandler(ExceptionHandler):
     def convert_known_exceptions(self, exc: Exception) -> Exception:
         if isinstance(exc, goaai_errors.NotFound):
             return exceptions.NotFound(str(exc))
-        if isinstance(exc, goaai_errors.SessionEnded | goaai_errors.IllegalTransition):
+        if isinstance(exc, goaai_errors.RunActive):
+            return RunActiveConflict(str(exc), active_run=str(exc.active_run_id))
+        if isinstance(
+            exc,
+            goaai_errors.SessionEnded | goaai_errors.IllegalTransition | goaai_errors.NotRedoable,
+        ):
             return Conflict(str(exc), code=exc.code)
         if isinstance(exc, goaai_errors.UnknownAgent):
             return exceptions.ValidationError({"agent": [str(exc)]}, code=exc.code)
         if isinstance(exc, goaai_errors.InvalidMemoryScope):
             return exceptions.ValidationError({"scope": [str(exc)]}, code=exc.code)
+        if isinstance(exc, goaai_errors.InvalidAnswer):
+            return exceptions.ValidationError({exc.field: [str(exc)]}, code=exc.code)
         if isinstance(exc, RequestDataTooBig):
             return PayloadTooLarge()
         return super().convert_known_exceptions(exc)
@@ -42,6 +50,8 @@ class GoaaiExceptionHandler(ExceptionHandler):
     def get_response(self, exc: exceptions.APIException, data: Any) -> Response:
         if isinstance(exc, VersionConflict):
             data = {**data, "current": exc.current}
+        if isinstance(exc, RunActiveConflict):
+            data = {**data, "active_run": exc.active_run}
         return super().get_response(exc, data)
 
 

@@ -13,6 +13,17 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
+class RunActiveConflict(Conflict):
+    """A message refused because a run of the session is active (its policy is
+    ``multitask: reject``); carries that run's id for the client to follow or stop."""
+
+    default_code = "run_active"
+
+    def __init__(self, detail: str, active_run: str) -> None:
+        super().__init__(detail, code=self.default_code)
+        self.active_run = active_run
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."

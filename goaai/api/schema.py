@@ -25,6 +25,7 @@ CONFLICT_CODES = [
     ("illegal_transition", "illegal_transition"),
     ("idempotency_key_reused", "idempotency_key_reused"),
     ("version_conflict", "version_conflict"),
+    ("run_active", "run_active"),
 ]
 
 
@@ -41,6 +42,11 @@ class ErrorResponse409Serializer(serializers.Serializer):  # type: ignore[type-a
         required=False,
         allow_null=True,
         help_text="For a memory version conflict: the entry as it is now (null if gone).",
+    )
+    active_run = serializers.UUIDField(
+        required=False,
+        help_text="For a message refused while a run of the session is active "
+        "(`run_active`, the session's policy is `multitask: reject`): that run's id.",
     )
 
 

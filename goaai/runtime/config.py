@@ -24,6 +24,8 @@ from goaai.runtime.policy import LabelRule
 # OpenAI's Responses API (``openai-responses``: the one where OpenAI's reasoning models
 # keep their reasoning from one tool call to the next).
 PROFILE_KINDS = ("openai", "anthropic", "openai-responses")
+# The kinds whose servers answer OpenAI's embeddings endpoint.
+EMBEDDING_PROFILE_KINDS = ("openai", "openai-responses")
 
 
 class ConfigError(ValueError):
@@ -39,6 +41,8 @@ class ModelProfile:
     is read when the config is built, and never shown). ``max_concurrency`` and
     ``requests_per_minute`` limit what every server and worker together send to it
     (through Redis when the deployment has one); ``None`` is no limit.
+    ``context_window`` is how many tokens the models it serves take in one request
+    (an agent's context budget when the agent sets none; see goaai.runtime.context).
     """
 
     name: str
@@ -52,6 +56,7 @@ class ModelProfile:
     headers: tuple[tuple[str, str], ...] = ()
     max_concurrency: int | None = None
     requests_per_minute: int | None = None
+    context_window: int | None = None
 
     @classmethod
     def from_dict(
@@ -97,6 +102,7 @@ class ModelProfile:
             headers=tuple(sorted(headers.items())),
             max_concurrency=_limit(where, data, "max_concurrency"),
             requests_per_minute=_limit(where, data, "requests_per_minute"),
+            context_window=_limit(where, data, "context_window"),
         )
 
 
@@ -109,6 +115,7 @@ _PROFILE_KEYS = {
     "headers",
     "max_concurrency",
     "requests_per_minute",
+    "context_window",
 }
 
 
@@ -192,6 +199,12 @@ class RuntimeConfig:
     reaper_interval: float = 15
     label_rules: tuple[LabelRule, ...] = ()
     profiles: Mapping[str, ModelProfile] = field(default_factory=_builtin_only)
+    # The embedding model that ranks memory by meaning, "<profile>:<model>" of a
+    # profile speaking OpenAI's API; empty: memory is ranked by full text alone.
+    memory_embeddings: str = ""
+
+    def __post_init__(self) -> None:
+        self.embeddings_model()
 
     @classmethod
     def from_values(
@@ -218,6 +231,26 @@ class RuntimeConfig:
         except KeyError:
             known = ", ".join(sorted(self.profiles))
             raise ConfigError(f"No model profile {name!r}; known: {known}.") from None
+
+    def embeddings_model(self) -> tuple[ModelProfile, str] | None:
+        """The profile and model of :attr:`memory_embeddings`, ``None`` when unset;
+        :class:`ConfigError` when it names no profile, or one that does not speak
+        OpenAI's API (the only one with an embeddings endpoint)."""
+        if not self.memory_embeddings:
+            return None
+        name, _, model = self.memory_embeddings.partition(":")
+        if not name or not model:
+            raise ConfigError(
+                f"GOAAI_MEMORY_EMBEDDINGS must be '<profile>:<model>', "
+                f"not {self.memory_embeddings!r}."
+            )
+        profile = self.profile(name)
+        if profile.kind not in EMBEDDING_PROFILE_KINDS:
+            raise ConfigError(
+                f"GOAAI_MEMORY_EMBEDDINGS: model profile {name!r} is of kind {profile.kind!r}; "
+                f"embeddings need one of {', '.join(EMBEDDING_PROFILE_KINDS)}."
+            )
+        return profile, model
 
 
 def import_string(dotted_path: str) -> Any:

@@ -18,6 +18,17 @@ from goaai.runtime.vocabulary import Multitask
 # When neither the agent nor its model says how large the context is.
 DEFAULT_CONTEXT_TOKENS = 32_000
 
+# What the agent's model is asked when earlier runs no longer fit the context
+# (goaai.runtime.context), with the most words the summary may take.
+SUMMARY_INSTRUCTIONS = (
+    "You summarise the earlier part of a conversation between a user and an AI "
+    "assistant, so that the assistant can carry on without it. Keep every fact the "
+    "user stated about themselves or their work, every decision, name, number, date "
+    "and commitment, what the assistant found with its tools, and any question left "
+    "open. Leave out pleasantries. Write plain sentences, in the conversation's "
+    "language, at most {words} words, and nothing but the summary."
+)
+
 
 @dataclass(frozen=True)
 class ConversationSettings:

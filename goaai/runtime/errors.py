@@ -34,6 +34,25 @@ class SessionEnded(GoaaiError):
     code = "session_ended"
 
 
+class RunActive(GoaaiError):
+    """A message came while a run of the session was active, and the session's
+    policy (``multitask: reject``) refuses it; ``active_run_id`` names that run."""
+
+    code = "run_active"
+
+    def __init__(self, message: str, *, active_run_id: object) -> None:
+        super().__init__(message)
+        self.active_run_id = active_run_id
+
+
+class NotRedoable(GoaaiError):
+    """A run cannot be redone that way: a retry of a run that did not fail or
+    stop, a regenerated answer of a run that gave none, any redo of a run called as a
+    tool or still under way."""
+
+    code = "not_redoable"
+
+
 class DuplicateIdempotencyKey(GoaaiError):
     """A run with this idempotency key already exists in the session; the caller
     looks up that run instead of starting a second one."""
@@ -65,6 +84,18 @@ class MemoryConflict(GoaaiError):
 
 class InvalidMemoryScope(GoaaiError):
     code = "invalid_scope"
+
+
+class InvalidAnswer(GoaaiError):
+    """An answer the question a run asks does not accept (a choice it does not
+    offer, two where it takes one); ``field`` is the part of the answer that is
+    wrong (``answer`` or ``choices``). Nothing was recorded."""
+
+    code = "invalid_answer"
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ModelError(GoaaiError):

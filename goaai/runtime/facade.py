@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,6 +21,7 @@ from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry, AgentSource, default_registry
 from goaai.runtime.config import RuntimeConfig
+from goaai.runtime.errors import NotRedoable
 from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
 from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.limits import LocalLimits, ModelLimits
@@ -27,8 +29,10 @@ from goaai.runtime.loop import TurnLoop
 from goaai.runtime.models import get_model_client
 from goaai.runtime.policy import Decision, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
-from goaai.runtime.types import MemoryRecord, RunInfo, SessionInfo
-from goaai.runtime.vocabulary import MemoryScope, RunStatus
+from goaai.runtime.types import Branch, MemoryRecord, RunInfo, SessionInfo
+from goaai.runtime.vocabulary import REDOABLE_STATUSES, MemoryScope, Multitask, Redo, RunStatus
+
+logger = logging.getLogger(__name__)
 
 # A run is "done" for a waiting caller when it ended or when it waits for a person.
 _SETTLED = {RunStatus.AWAITING_INPUT.value} | {s.value for s in RunStatus if s.is_terminal}
@@ -37,6 +41,14 @@ _SETTLED = {RunStatus.AWAITING_INPUT.value} | {s.value for s in RunStatus if s.i
 def _id(value: Any) -> Any:
     """Accept an object with a primary key (a session, a user) or the key itself."""
     return getattr(value, "pk", None) or getattr(value, "id", None) or value
+
+
+def _multitask(value: str) -> Multitask:
+    try:
+        return Multitask(value)
+    except ValueError:
+        known = ", ".join(m.value for m in Multitask)
+        raise ValueError(f"Unknown multitask {value!r}: choose {known}.") from None
 
 
 def _uuid(value: Any) -> UUID:
@@ -217,7 +229,27 @@ class Runtime:
                 parent = self.store.settle_child(result.id)
                 if parent is not None:
                     self._submit_after_commit(parent)
+            elif result is not None and RunStatus(result.status).is_terminal:
+                self._hand_over(result.session_id)
             return result
+
+    def _hand_over(self, session_id: UUID) -> None:
+        """A top-level run of the session ended: once that is committed, the run
+        waiting for its turn there (if any) goes to the executor. A hand-over that
+        does not reach it (a queue that is down, a process that dies first) is made
+        up by the reaper, which finds the run pending with nothing before it."""
+        store, executor = self.store, self.executor
+
+        def hand_over() -> None:
+            next_id = store.next_queued_run(session_id)
+            if next_id is None:
+                return
+            try:
+                executor.submit(next_id)
+            except Exception:
+                logger.warning("Run %s waits for the reaper to start it", next_id, exc_info=True)
+
+        store.after_commit(hand_over)
 
     def _run_child(self, run_id: UUID) -> RunInfo | None:
         # An agent called as a tool runs in its caller's thread: the caller waits
@@ -297,13 +329,22 @@ class Runtime:
         created_by: Any = None,
         idempotency_key: str | None = None,
         fingerprint: str = "",
+        branch: Branch | None = None,
+        multitask: str | None = None,
     ) -> RunHandle:
         """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once.
 
         ``idempotency_key`` is unique per session: a second run with the same key
         is refused by the database (the caller looks up the first one; see the REST
         API), and ``fingerprint`` records what the request said, to tell a replay
-        from a conflicting reuse of the key.
+        from a conflicting reuse of the key. The run continues the conversation from
+        the session's newest run, or from where ``branch`` says (see :meth:`redo`).
+
+        A session runs one message at a time. While another of its runs is active,
+        ``multitask`` (by default the agent's ``conversation.multitask``) decides:
+        ``enqueue`` starts this run once the active one has ended, ``interrupt``
+        stops the active one and then starts this one, ``reject`` raises
+        :class:`~goaai.runtime.errors.RunActive` and starts nothing.
         """
         spec = self.agents.get(agent)
         labels = {str(k): str(v) for k, v in (labels or {}).items()}
@@ -320,9 +361,52 @@ class Runtime:
             created_by_id=int(_id(created_by)) if created_by is not None else None,
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
+            branch=branch,
+            multitask=_multitask(multitask or spec.conversation.multitask),
         )
-        self._submit_after_commit(run.id)
+        if run.queued_behind is None:
+            # A queued run is handed over when the run before it ends.
+            self._submit_after_commit(run.id)
         return RunHandle(run_id=run.id, runtime=self)
+
+    def redo(
+        self, run_id: Any, how: str, *, input: str | None = None, created_by: Any = None
+    ) -> RunHandle:
+        """Start a run that redoes ``run_id`` from the point before it, leaving it
+        recorded: ``how="retry"`` a run that failed, timed out or was stopped (same
+        message), ``"regenerate"`` an answer (same message, another answer),
+        ``"edit"`` a message (``input``, the new text). The new run is linked to the
+        one it redoes, and the conversation goes on from it: later runs see the new
+        branch, not the old one. :class:`NotRedoable` if the run cannot be redone so.
+        """
+        original = self.store.get_run(_uuid(run_id))
+        how = _check_redo(original, how, input)
+        branch = Branch(
+            previous_run_id=original.previous_run_id,
+            retry_of_id=original.id if how == Redo.RETRY else None,
+            regenerates_id=original.id if how == Redo.REGENERATE else None,
+            edit_of_id=original.id if how == Redo.EDIT else None,
+        )
+        return self.start(
+            original.agent,
+            input if how == Redo.EDIT and input is not None else original.input,
+            session=original.session_id,
+            labels=original.labels,
+            created_by=created_by,
+            branch=branch,
+        )
+
+    def fork(self, run_id: Any, *, owner: Any, title: str = "") -> SessionInfo:
+        """A new session of ``owner``'s whose history is ``run_id``'s branch up to
+        and including that run; the original stays as it is."""
+        source = self.store.get_run(_uuid(run_id))
+        if source.parent_run_id is not None:
+            raise NotRedoable("A run called as a tool is part of its parent's answer.")
+        if not RunStatus(source.status).is_terminal:
+            raise NotRedoable(f"Run {source.id} is still {source.status}.")
+        return self.store.fork_session(
+            source_run_id=source.id, owner_id=int(_id(owner)), title=title
+        )
 
     def _submit_after_commit(self, run_id: UUID) -> None:
         executor = self.executor
@@ -336,17 +420,21 @@ class Runtime:
         decision: str = "",
         reason: str = "",
         answer: str | None = None,
+        choices: Sequence[str] | None = None,
         user: Any = None,
     ) -> RunInfo:
         """Answer what a waiting run asks: ``decision="approve"|"deny"`` (with a
-        ``reason``) for a tool call that needs approval, or ``answer`` for a
-        question. The run continues in the background."""
+        ``reason``) for a tool call that needs approval; for a question, ``answer``
+        in words or the ``choices`` picked of those it offers
+        (:class:`~goaai.runtime.errors.InvalidAnswer` if it does not accept
+        them). The run continues in the background."""
         run = self.store.respond(
             _uuid(run_id),
             tool_call_id=_uuid(tool_call) if tool_call is not None else None,
             decision=decision,
             reason=reason,
             answer=answer,
+            choices=choices,
             decided_by_id=int(_id(user)) if user is not None else None,
         )
         self._submit_after_commit(run.id)
@@ -361,10 +449,14 @@ class Runtime:
         labels: dict[str, str] | None = None,
         metadata: dict[str, Any] | None = None,
         timeout: float | None = None,
+        multitask: str | None = None,
     ) -> RunInfo:
         """Run ``agent`` on ``prompt`` in ``session`` and wait until the run ends or
-        waits for a person's input."""
-        handle = self.start(agent, prompt, session=session, labels=labels, metadata=metadata)
+        waits for a person's input (a run queued behind another waits for that one
+        too; ``multitask`` as :meth:`start` takes it)."""
+        handle = self.start(
+            agent, prompt, session=session, labels=labels, metadata=metadata, multitask=multitask
+        )
         return handle.wait(timeout=timeout)
 
     def wait(self, run_id: Any, timeout: float | None = None) -> RunInfo:
@@ -390,8 +482,12 @@ class Runtime:
 
     def cancel_run(self, run_id: Any, reason: str = "") -> RunInfo:
         """Ask a run to stop. A pending or waiting run is canceled at once; a running
-        one stops at its next step."""
-        return self.store.request_cancel(_uuid(run_id), reason)
+        one stops at its next step. A message queued behind it starts once it has
+        ended."""
+        run = self.store.request_cancel(_uuid(run_id), reason)
+        if run.parent_run_id is None and RunStatus(run.status).is_terminal:
+            self._hand_over(run.session_id)
+        return run
 
     # Memory
 
@@ -471,3 +567,19 @@ class Runtime:
             expected_version=expected_version,
             written_by_user=int(_id(written_by)) if written_by is not None else None,
         )
+
+
+def _check_redo(run: RunInfo, how: str, input: str | None) -> Redo:
+    """``how`` as a :class:`Redo`, if ``run`` can be redone that way."""
+    try:
+        way = Redo(how)
+    except ValueError:
+        raise NotRedoable(f"Redo how? One of {', '.join(r.value for r in Redo)}.") from None
+    if run.parent_run_id is not None:
+        raise NotRedoable("A run called as a tool is redone with the run that called it.")
+    if run.status not in REDOABLE_STATUSES[way]:
+        allowed = ", ".join(sorted(REDOABLE_STATUSES[way]))
+        raise NotRedoable(f"Run {run.id} is {run.status}: only a {allowed} run can {way.value}.")
+    if way == Redo.EDIT and not (input or "").strip():
+        raise NotRedoable("An edited message needs its new text.")
+    return way

@@ -20,24 +20,39 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from goaai.runtime import payloads
+from goaai.runtime.context import MAX_HISTORY_RUNS
+from goaai.runtime.embeddings import Embedder, EmbeddingError, cosine
 from goaai.runtime.errors import (
     DuplicateIdempotencyKey,
     IllegalTransition,
     InvalidMemoryScope,
     MemoryConflict,
     NotFound,
+    RunActive,
     SessionEnded,
+)
+from goaai.runtime.memory_ranking import (
+    bm25_rank,
+    candidate_limit,
+    choose_facts,
+    fact_text,
+    fuse,
+    memory_budget,
+    search_terms,
 )
 from goaai.runtime.policy import Decision
 from goaai.runtime.pricing import Price, cost_of
+from goaai.runtime.questions import Question
 from goaai.runtime.types import (
     USAGE_KINDS,
+    Branch,
+    EarlierRun,
     MemoryRecord,
     Message,
     ModelReply,
@@ -45,6 +60,7 @@ from goaai.runtime.types import (
     RunError,
     RunInfo,
     SessionInfo,
+    SummaryState,
     ToolCallRequest,
     ToolCallState,
     ToolOutcome,
@@ -59,6 +75,7 @@ from goaai.runtime.vocabulary import (
     AwaitingKind,
     ErrorKind,
     MemoryScope,
+    Multitask,
     RunStatus,
     SessionStatus,
     ToolCallStatus,
@@ -68,8 +85,6 @@ from goaai.runtime.vocabulary import (
 MAX_TITLE_LENGTH = 200
 MAX_CANCEL_REASON_LENGTH = 200
 MAX_MEMORY_KEY_LENGTH = 200
-# How many remembered facts a run is shown at its start.
-MEMORY_CONTEXT_LIMIT = 20
 # A pending run nobody claimed for this long lost its hand-off to an executor; a run
 # released after an answer and not claimed for this long lost its hand-off too.
 HAND_OFF_GRACE_SECONDS = 30.0
@@ -131,6 +146,16 @@ class _Run:
     created_by_id: int | None = None
     parent_run_id: UUID | None = None
     parent_tool_call_id: UUID | None = None
+    # Its place on the session's branches (see runs_app.models.Run).
+    previous_run_id: UUID | None = None
+    retry_of_id: UUID | None = None
+    regenerates_id: UUID | None = None
+    edit_of_id: UUID | None = None
+    # What a message sent while a run of the session was active did (enqueue,
+    # interrupt; empty when none was), and while the run waits for its turn, the
+    # open top-level run just before it (kept as runs of the session end).
+    multitask: str = ""
+    queued_behind_id: UUID | None = None
     idempotency_key: str | None = None
     fingerprint: str = ""
     status: RunStatus = RunStatus.PENDING
@@ -213,6 +238,21 @@ class _ToolCall:
 
 
 @dataclass
+class _Summary:
+    id: UUID
+    run_id: UUID
+    through_run_id: UUID
+    previous_id: UUID | None
+    runs_covered: int
+    text: str
+    model: str
+    usage: Usage
+    cost: Decimal | None
+    latency_ms: int
+    created_at: dt.datetime
+
+
+@dataclass
 class _Entry:
     id: UUID
     key: str
@@ -225,6 +265,8 @@ class _Entry:
     created_at: dt.datetime
     updated_at: dt.datetime
     version: int = 1
+    # (embedder name, unit vector) of its key and value, when the store has an embedder.
+    vector: tuple[str, list[float]] | None = None
 
 
 _Row = TypeVar("_Row")
@@ -279,7 +321,8 @@ def _without_worker(run: _Run, now: dt.datetime, stale: dt.datetime) -> bool:
     if run.parent_run_id is not None:
         return False
     if run.status == RunStatus.PENDING:
-        return run.created_at < stale
+        # One waiting for its turn is handed over when the run before it ends.
+        return run.created_at < stale and run.queued_behind_id is None
     if run.status != RunStatus.RUNNING:
         return False
     if run.lease_expires_at is None:
@@ -314,8 +357,12 @@ class InMemoryRunStore:
         users: Mapping[int, str] | None = None,
         clock: Callable[[], dt.datetime] = _utc_now,
         prices: Sequence[tuple[str, dt.datetime, Price]] = (),
+        embedder: Embedder | None = None,
     ) -> None:
         self._users = dict(users) if users is not None else None
+        # Ranks memory by meaning as well as by words, as the database store does
+        # when embeddings are configured.
+        self._embedder = embedder
         self._clock = clock
         # (model as agents name it, in force from, price): what turns cost.
         self._prices = tuple(prices)
@@ -327,6 +374,10 @@ class InMemoryRunStore:
         self._turns: dict[UUID, _Turn] = {}
         self._calls: dict[UUID, _ToolCall] = {}
         self._memory: dict[_MemoryKey, _Entry] = {}
+        # History summaries, by the run they cover the branch through.
+        self._summaries: dict[UUID, list[_Summary]] = {}
+        # Where forked sessions start: the run each was forked at.
+        self._fork_points: dict[UUID, UUID | None] = {}
         # Each agent's recorded versions (definitions), oldest first.
         self._versions: dict[str, list[dict[str, Any]]] = {}
         self.deltas: list[Delta] = []
@@ -377,6 +428,21 @@ class InMemoryRunStore:
             )
             return SessionInfo.of(session, _json)
 
+    def fork_session(self, *, source_run_id: UUID, owner_id: int, title: str) -> SessionInfo:
+        with self._lock:
+            source = self._run(source_run_id)
+            if source.parent_run_id is not None:
+                raise NotFound(f"No run {source_run_id}.")
+            original = self._session(source.session_id)
+            forked = self.create_session(
+                owner_id=owner_id,
+                agent=original.agent,
+                title=title or f"{original.title or 'Conversation'} (fork)",
+                metadata=original.metadata,
+            )
+            self._fork_points[forked.id] = source.id
+            return forked
+
     def get_session(self, session_id: UUID) -> SessionInfo:
         with self._lock:
             return SessionInfo.of(self._session(session_id), _json)
@@ -418,12 +484,26 @@ class InMemoryRunStore:
         idempotency_key: str | None = None,
         fingerprint: str = "",
         definition: dict[str, Any] | None = None,
+        branch: Branch | None = None,
+        multitask: str = Multitask.ENQUEUE,
     ) -> RunInfo:
         """A pending run (:class:`SessionEnded` if the session has ended,
-        :class:`DuplicateIdempotencyKey` if the key was used in the session)."""
+        :class:`DuplicateIdempotencyKey` if the key was used in the session),
+        continuing from ``branch`` (by default from the session's head). While an
+        earlier run of the session is open, ``multitask`` queues it behind that run,
+        interrupts that run and queues it, or refuses it (:class:`RunActive`)."""
         with self._lock:
             now = self._clock()
+            ahead = self._open_runs(self._session(session_id))
+            if ahead and multitask == Multitask.REJECT:
+                self._refuse_beside(self._session(session_id), ahead[-1], idempotency_key)
+            if branch is None:
+                branch = Branch(previous_run_id=self._head(session_id))
             run = _Run(
+                previous_run_id=branch.previous_run_id,
+                retry_of_id=branch.retry_of_id,
+                regenerates_id=branch.regenerates_id,
+                edit_of_id=branch.edit_of_id,
                 id=uuid.uuid4(),
                 session_id=session_id,
                 agent=agent,
@@ -439,6 +519,8 @@ class InMemoryRunStore:
             )
             self._record_definition(run, definition)
             self._add_run(run, policy_decisions or [])
+            if ahead:
+                self._queue(run, ahead, Multitask(multitask), now)
             return RunInfo.of(run, _json)
 
     def _record_definition(self, run: _Run, definition: dict[str, Any] | None) -> None:
@@ -475,22 +557,27 @@ class InMemoryRunStore:
         reason: str,
         answer: str | None,
         decided_by_id: int | None,
+        choices: Sequence[str] | None = None,
     ) -> RunInfo:
         """Record a person's approval, denial or answer; the run becomes claimable.
 
         :class:`IllegalTransition` when the run does not wait, or waits for
         something other than what the answer addresses (an answer that came too
-        late, or one meant for its child run)."""
+        late, or one meant for its child run); :class:`InvalidAnswer` when the
+        question does not accept the answer."""
         with self._lock:
             run = self._run(run_id)
             call = self._waited_call(run, tool_call_id)
             kind = (run.awaiting or {}).get("kind")
             now = self._clock()
             if kind == AwaitingKind.QUESTION:
-                if answer is None:
+                if answer is None and choices is None:
                     raise IllegalTransition(run_id, "waiting for an answer", "a decision")
-                self._decide_call(call, "answered", "", decided_by_id, now, record_reason=False)
-                self._end_call(call, ToolCallStatus.SUCCEEDED, now, result={"answer": answer})
+                result = Question.of(run.awaiting or {}).result(answer=answer, choices=choices)
+                self._decide_call(
+                    call, "answered", "", decided_by_id, now, record_reason=False, answer=result
+                )
+                self._end_call(call, ToolCallStatus.SUCCEEDED, now, result=result)
             else:
                 self._approve_or_deny(run, call, decision, reason, decided_by_id, now)
             self._resume(run, now, answered=kind)
@@ -533,13 +620,31 @@ class InMemoryRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        """Take a run under a lease held by ``owner``: a pending run starts; a running
-        run no live worker holds is taken over. ``None`` for any other run."""
+        """Take a run under a lease held by ``owner``: a pending run starts (unless
+        it waits for an earlier run of its session); a running run no live worker
+        holds is taken over. ``None`` for any other run. The facts the run is told
+        are chosen once the claim is made, with the lock let go while the embedder
+        (if any) embeds the run's input."""
+        context = self._claim(run_id, owner=owner, lease_seconds=lease_seconds)
+        if context is None or context.turns:
+            return context
+        vector = self._embedded(context.input)
+        with self._lock:
+            session = self._sessions.get(context.session_id)
+            if session is None:
+                return context
+            budget = memory_budget(context.definition)
+            facts = self._memory_facts(session, context.input, budget, vector)
+        return replace(context, memory=facts)
+
+    def _claim(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
         with self._lock:
             run = self._run(run_id)
             now = self._clock()
             expires = now + dt.timedelta(seconds=lease_seconds)
             if run.status == RunStatus.PENDING:
+                if run.queued_behind_id is not None:
+                    return None
                 self._move(run, RunStatus.RUNNING, now, only_from=RunStatus.PENDING)
                 run.started_at, run.lease_owner, run.lease_expires_at = now, owner, expires
                 self._log_run(run, payloads.run_started(agent=run.agent, worker=owner), now)
@@ -553,6 +658,13 @@ class InMemoryRunStore:
                     run, payloads.run_resumed_by_worker(previous_worker=previous, worker=owner), now
                 )
             return self._context(run, owner, fresh=False, now=now)
+
+    def next_queued_run(self, session_id: UUID) -> UUID | None:
+        with self._lock:
+            ahead = self._open_runs(self._session(session_id))
+            if ahead and ahead[0].status == RunStatus.PENDING:
+                return ahead[0].id
+            return None
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
         with self._lock:
@@ -719,6 +831,8 @@ class InMemoryRunStore:
         kind: str,
         tool_call_id: UUID,
         question: str = "",
+        choices: Sequence[str] = (),
+        multiple: bool = False,
         child_run_id: UUID | None = None,
     ) -> RunInfo:
         """Pause the run until a person approves/denies the call or answers the
@@ -729,6 +843,8 @@ class InMemoryRunStore:
                 kind=AwaitingKind(kind),
                 tool_call=tool_call_id,
                 question=question,
+                choices=choices,
+                multiple=multiple,
                 child_run=child_run_id,
             )
             now = self._clock()
@@ -789,7 +905,7 @@ class InMemoryRunStore:
             if status == RunStatus.COMPLETED:
                 self._run_end(run, RunStatus.COMPLETED, now, output=output)
             elif status == RunStatus.CANCELED:
-                self._cancel(run, self._cancel_reason(run) or "", now)
+                self._cancel(run, self._cancel_reason(run) or "", now, output=output)
             elif status == RunStatus.TIMED_OUT:
                 message = error.message if error else ""
                 self._run_end(
@@ -819,6 +935,91 @@ class InMemoryRunStore:
                 self._clock(),
             )
 
+    def record_summary(
+        self,
+        *,
+        run_id: UUID,
+        through_run_id: UUID,
+        previous_id: UUID | None,
+        runs_covered: int,
+        text: str,
+        model: str,
+        reply: ModelReply,
+        latency_ms: int,
+    ) -> UUID:
+        with self._lock:
+            run = self._run(run_id)
+            now = self._clock()
+            used = reply.usage
+            cost = self._cost(model, used, now)
+            summary = _Summary(
+                id=uuid.uuid4(),
+                run_id=run_id,
+                through_run_id=through_run_id,
+                previous_id=previous_id,
+                runs_covered=runs_covered,
+                text=text,
+                model=model,
+                usage=used,
+                cost=cost,
+                latency_ms=latency_ms,
+                created_at=now,
+            )
+            self._summaries.setdefault(through_run_id, []).append(summary)
+            for kind in USAGE_KINDS:
+                setattr(run, kind, getattr(run, kind) + getattr(used, kind))
+            run.cost += cost or 0
+            run.unpriced_turns += 0 if cost is not None else 1
+            self._log_run(
+                run,
+                payloads.history_summarized(
+                    summary=summary.id,
+                    through_run=through_run_id,
+                    runs_covered=runs_covered,
+                    model=model,
+                    used=used,
+                    cost=cost,
+                    latency_ms=latency_ms,
+                ),
+                now,
+            )
+            return summary.id
+
+    def summaries(self, session_id: UUID) -> list[dict[str, Any]]:
+        """The history summaries written in a session, oldest first."""
+        with self._lock:
+            runs = set(self._session(session_id).run_ids)
+            found = [s for group in self._summaries.values() for s in group if s.run_id in runs]
+            return [
+                {
+                    "id": s.id,
+                    "run": s.run_id,
+                    "through_run": s.through_run_id,
+                    "runs_covered": s.runs_covered,
+                    "text": s.text,
+                    "input_tokens": s.usage.input_tokens,
+                    "output_tokens": s.usage.output_tokens,
+                }
+                for s in sorted(found, key=lambda s: s.created_at)
+            ]
+
+    def tool_result(self, *, tool_call_id: UUID, owner_id: int) -> ToolOutcome | None:
+        with self._lock:
+            call = self._calls.get(tool_call_id)
+            if call is None or call.status not in (
+                ToolCallStatus.SUCCEEDED,
+                ToolCallStatus.FAILED,
+            ):
+                return None
+            session = self._sessions.get(self._runs[call.run_id].session_id)
+            if session is None or session.owner_id != owner_id:
+                return None
+            return ToolOutcome(
+                result=_json(call.result),
+                error_kind=call.error_kind,
+                error_message=call.error_message,
+            )
+
     def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
         """Stream a piece of model text to live subscribers (never stored)."""
         with self._lock:
@@ -843,8 +1044,9 @@ class InMemoryRunStore:
         """Create or update the entry (scope, owner, key); ``expected_version``: see
         :meth:`_check_version`. Each change is an event in the entry's session's
         log, or, for another scope, in that of the run that made it."""
+        key = _clean_key(key)
+        vector = self._embedded(fact_text(key, _json(value)))
         with self._lock:
-            key = _clean_key(key)
             scope, owner = _memory_owner(scope, session_id, user_id, agent)
             log = self._memory_log(session_id, written_by_run)
             entry = self._memory.get((scope, owner, key))
@@ -872,6 +1074,8 @@ class InMemoryRunStore:
                 entry.value, entry.written_by, entry.updated_at = _json(value), writer, now
                 entry.version += 1
                 action = "updated"
+            if self._embedder is not None:
+                entry.vector = None if vector is None else (self._embedder.name, vector)
             if log is not None:
                 event = payloads.memory_stored(
                     entry=entry.id,
@@ -1032,7 +1236,14 @@ class InMemoryRunStore:
         self._log_run(
             run,
             payloads.run_created(
-                agent=run.agent, input=run.input, labels=run.labels, parent_run=run.parent_run_id
+                agent=run.agent,
+                input=run.input,
+                labels=run.labels,
+                parent_run=run.parent_run_id,
+                previous_run=run.previous_run_id,
+                retry_of=run.retry_of_id,
+                regenerates=run.regenerates_id,
+                edit_of=run.edit_of_id,
             ),
             now,
         )
@@ -1090,9 +1301,67 @@ class InMemoryRunStore:
             reason=run.cancel_reason,
         )
         self._log_run(run, event, now)
+        if run.parent_run_id is None:
+            run.queued_behind_id = None
+            self._requeue(self._sessions[run.session_id])
 
-    def _cancel(self, run: _Run, reason: str, now: dt.datetime) -> None:
-        self._run_end(run, RunStatus.CANCELED, now, cancel_reason=reason[:MAX_CANCEL_REASON_LENGTH])
+    def _cancel(self, run: _Run, reason: str, now: dt.datetime, *, output: str = "") -> None:
+        """End a run canceled; ``output`` is what it had said when it was stopped."""
+        kept = {"output": output} if output else {}
+        reason = reason[:MAX_CANCEL_REASON_LENGTH]
+        self._run_end(run, RunStatus.CANCELED, now, cancel_reason=reason, **kept)
+
+    # Runs: one at a time in a session
+
+    def _open_runs(self, session: _Session) -> list[_Run]:
+        """The session's top-level runs that have not ended, oldest first: the first
+        is the one at work (or waiting for a person), the others wait their turn."""
+        return [
+            run
+            for run in self._runs_of(session)
+            if run.parent_run_id is None and run.status in OPEN_RUN_STATUSES
+        ]
+
+    def _refuse_beside(self, session: _Session, active: _Run, key: str | None) -> None:
+        """Refuse a message while ``active`` works (``multitask: reject``), after the
+        refusals any message gets (an ended session, a key used already)."""
+        if session.status != SessionStatus.ACTIVE:
+            raise SessionEnded(f"Session {session.id} has ended; it accepts no new runs.")
+        if key is not None and any(r.idempotency_key == key for r in self._runs_of(session)):
+            raise DuplicateIdempotencyKey(
+                f"Session {session.id} already has a run with idempotency key {key!r}."
+            )
+        raise RunActive(
+            f"Run {active.id} of session {session.id} is still {active.status}; this "
+            "session takes one message at a time.",
+            active_run_id=active.id,
+        )
+
+    def _queue(self, run: _Run, ahead: list[_Run], multitask: Multitask, now: dt.datetime) -> None:
+        """A new run arrived while ``ahead`` were open: it waits behind them, after
+        asking them to stop for ``interrupt``, and records the policy applied."""
+        run.multitask = multitask
+        if multitask == Multitask.INTERRUPT:
+            for earlier in ahead:
+                self._cancel_or_flag(earlier, f"interrupted by a new message (run {run.id})", now)
+            ahead = [earlier for earlier in ahead if earlier.status in OPEN_RUN_STATUSES]
+        if not ahead:
+            return
+        run.queued_behind_id = ahead[-1].id
+        self._log_run(
+            run,
+            payloads.run_queued(behind=ahead[-1].id, ahead=len(ahead), multitask=multitask),
+            now,
+        )
+
+    def _requeue(self, session: _Session) -> None:
+        """After a run of the session ended: each run still waiting waits behind the
+        open run just before it now, and the first open run waits for nobody."""
+        previous: _Run | None = None
+        for run in self._open_runs(session):
+            if run.status == RunStatus.PENDING:
+                run.queued_behind_id = previous.id if previous is not None else None
+            previous = run
 
     def _cancel_or_flag(self, run: _Run, reason: str, now: dt.datetime) -> None:
         """Cancel a run that no loop steps through; flag one a live worker executes,
@@ -1172,6 +1441,7 @@ class InMemoryRunStore:
         now: dt.datetime,
         *,
         record_reason: bool,
+        answer: Mapping[str, Any] | None = None,
     ) -> None:
         """Record what a person decided about a tool call that asked them."""
         call.decision, call.decision_reason = decision, reason
@@ -1185,6 +1455,7 @@ class InMemoryRunStore:
             reason=reason if record_reason else None,
             decided_by=decided_by_id,
             decided_by_name=name,
+            answer=answer,
         )
         self._log_run(self._runs[call.run_id], event, now)
 
@@ -1291,6 +1562,7 @@ class InMemoryRunStore:
 
     def _context(self, run: _Run, owner: str, *, fresh: bool, now: dt.datetime) -> RunContext:
         session = self._sessions[run.session_id]
+        history, summary, cut = self._history(run)
         started = run.started_at or now
         elapsed = max(0.0, (now - started).total_seconds() - run.paused_seconds)
         return RunContext(
@@ -1300,27 +1572,67 @@ class InMemoryRunStore:
             agent=run.agent,
             input=run.input,
             labels=dict(run.labels),
-            history=self._history(session, run) if run.parent_run_id is None else (),
+            history=history,
+            summary=summary,
+            history_cut=cut,
             policy=_json(run.policy),
             elapsed_seconds=elapsed,
             # A run that has just started has recorded nothing to replay.
             turns=() if fresh else self._turn_states(run),
-            memory=self._memory_facts(session),
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
             depth=self._depth(run),
             definition=_json(run.definition),
         )
 
-    def _history(self, session: _Session, run: _Run) -> tuple[Message, ...]:
-        """The earlier top-level runs of the session that produced an answer, as the
-        conversation a new run continues."""
-        history: list[Message] = []
-        for earlier in self._runs_of(session)[: session.run_ids.index(run.id)]:
-            if earlier.parent_run_id is None and earlier.status == RunStatus.COMPLETED:
-                history.append(Message(role="user", content=earlier.input))
-                history.append(Message(role="assistant", content=earlier.output))
-        return tuple(history)
+    def _head(self, session_id: UUID) -> UUID | None:
+        """The run a new message continues from: the session's newest top-level
+        run, or for a fork with none yet, the run it was forked at."""
+        for run_id in reversed(self._session(session_id).run_ids):
+            if self._runs[run_id].parent_run_id is None:
+                return run_id
+        return self._fork_points.get(session_id)
+
+    def _history(self, run: _Run) -> tuple[tuple[EarlierRun, ...], SummaryState | None, bool]:
+        """The runs before ``run`` on its branch back to the latest summary (or the
+        branch's start, or MAX_HISTORY_RUNS), oldest first; that summary; whether
+        the walk was cut short. A run called as a tool sees only its prompt."""
+        if run.parent_run_id is not None:
+            return (), None, False
+        walked: list[_Run] = []
+        summary: _Summary | None = None
+        previous = run.previous_run_id
+        while previous is not None and len(walked) < MAX_HISTORY_RUNS:
+            if previous in self._summaries:
+                summary = self._summaries[previous][-1]
+                break
+            earlier = self._runs.get(previous)
+            if earlier is None:
+                break
+            walked.append(earlier)
+            previous = earlier.previous_run_id
+        cut = summary is None and previous is not None and len(walked) == MAX_HISTORY_RUNS
+        history = tuple(
+            EarlierRun(
+                id=earlier.id,
+                input=earlier.input,
+                status=earlier.status,
+                error_message=earlier.error_message,
+                turns=self._turn_states(earlier, with_requests=False),
+            )
+            for earlier in reversed(walked)
+        )
+        state = (
+            None
+            if summary is None
+            else SummaryState(
+                id=summary.id,
+                through_run_id=summary.through_run_id,
+                text=summary.text,
+                runs_covered=summary.runs_covered,
+            )
+        )
+        return history, state, cut
 
     def _depth(self, run: _Run) -> int:
         """How many parent runs stand above ``run`` (0 for a run a person started)."""
@@ -1331,7 +1643,7 @@ class InMemoryRunStore:
             parent_id = parent.parent_run_id if parent is not None else None
         return depth
 
-    def _turn_states(self, run: _Run) -> tuple[TurnState, ...]:
+    def _turn_states(self, run: _Run, *, with_requests: bool = True) -> tuple[TurnState, ...]:
         states = []
         for _, turn_id in sorted(run.turns.items()):
             turn = self._turns[turn_id]
@@ -1340,7 +1652,9 @@ class InMemoryRunStore:
                 TurnState(
                     id=turn.id,
                     index=turn.index,
-                    request_messages=tuple(Message.from_dict(m) for m in turn.request_messages),
+                    request_messages=tuple(Message.from_dict(m) for m in turn.request_messages)
+                    if with_requests
+                    else (),
                     ended=turn.ended_at is not None,
                     response_text=turn.response_text,
                     response_tool_calls=tuple(
@@ -1349,6 +1663,7 @@ class InMemoryRunStore:
                     tool_calls=tuple(ToolCallState.of(call, _json) for call in calls),
                     finish_reason=turn.finish_reason,
                     reasoning_state=tuple(_json(turn.reasoning_state)),
+                    output_tokens=turn.output_tokens,
                 )
             )
         return tuple(states)
@@ -1392,20 +1707,84 @@ class InMemoryRunStore:
         }
         return owners[scope]
 
-    def _memory_facts(self, session: _Session) -> tuple[tuple[str, str, Any], ...]:
-        """Up to :data:`MEMORY_CONTEXT_LIMIT` facts a run in the session starts with,
-        as (scope, key, value), most specific scope first. A key set in a more
-        specific scope hides the same key further out, as resolution does."""
-        facts: dict[str, tuple[str, str, Any]] = {}
+    def _embedded(self, text: str) -> list[float] | None:
+        """``text``'s embedding, or ``None`` (no embedder, or it failed: ranking is
+        then by words alone, as the database store does)."""
+        if self._embedder is None or not text.strip():
+            return None
+        try:
+            return self._embedder.embed([text])[0]
+        except EmbeddingError:
+            return None
+
+    def _readable(self, session: _Session) -> list[_Entry]:
+        """The entries a run in the session reads, a key set in a more specific scope
+        hiding the same key further out, as resolution does."""
+        by_key: dict[str, _Entry] = {}
         for scope in MEMORY_RESOLUTION_ORDER:
             wanted = (scope.value, self._scope_owner(scope, session))
-            entries = sorted(
-                (entry for (s, o, _), entry in self._memory.items() if (s, o) == wanted),
-                key=lambda entry: entry.key,
-            )
-            for entry in entries[:MEMORY_CONTEXT_LIMIT]:
-                facts.setdefault(entry.key, (scope.value, entry.key, _json(entry.value)))
-        return tuple(list(facts.values())[:MEMORY_CONTEXT_LIMIT])
+            for (s, o, key), entry in self._memory.items():
+                if (s, o) == wanted:
+                    by_key.setdefault(key, entry)
+        return list(by_key.values())
+
+    def _relevant(
+        self, entries: list[_Entry], query: str, vector: list[float] | None, limit: int
+    ) -> list[_Entry]:
+        """The entries relevant to ``query``, best first: :func:`bm25_rank` over their
+        text in place of the database's full-text ranking, and with an embedder the
+        nearest vectors (cosine similarity), the two fused as the database store
+        fuses them."""
+        documents = [fact_text(entry.key, entry.value) for entry in entries]
+        matching = [entries[i] for i, _ in bm25_rank(search_terms(query), documents)][:limit]
+        if vector is None or self._embedder is None:
+            return matching
+        name = self._embedder.name
+        similarity = {
+            entry.key: cosine(vector, entry.vector[1])
+            for entry in entries
+            if entry.vector is not None and entry.vector[0] == name
+        }
+        # A vector pointing away from the query's (or across it) is no match.
+        similarity = {key: value for key, value in similarity.items() if value > 0}
+        near = sorted(
+            (entry for entry in entries if entry.key in similarity),
+            key=lambda entry: (-similarity[entry.key], entry.key),
+        )[:limit]
+        by_key = {entry.key: entry for entry in (*matching, *near)}
+        order = fuse([[e.key for e in matching], [e.key for e in near]])
+        return [by_key[key] for key in order]
+
+    def _memory_facts(
+        self, session: _Session, query: str, budget: int, vector: list[float] | None
+    ) -> tuple[tuple[str, str, Any], ...]:
+        """The facts a run in the session starts with, as the database store chooses
+        them (:func:`~goaai.runtime.memory_ranking.choose_facts`): those relevant to
+        ``query`` first, then the most recently updated, within ``budget`` tokens."""
+        if budget <= 0:
+            return ()
+        entries = self._readable(session)
+        limit = candidate_limit(budget)
+        relevant = self._relevant(entries, query, vector, limit)
+        by_key = sorted(entries, key=lambda entry: entry.key)
+        recent = sorted(by_key, key=lambda entry: entry.updated_at, reverse=True)
+        return choose_facts(
+            (_fact(entry) for entry in relevant), (_fact(entry) for entry in recent), budget
+        )
+
+    def search_memory(
+        self, *, session_id: UUID, query: str, limit: int = 5
+    ) -> list[tuple[str, str, Any]]:
+        """The facts the session reads that match ``query``, best first, ranked as
+        the facts a run starts with are."""
+        vector = self._embedded(query)
+        with self._lock:
+            entries = self._readable(self._session(session_id))
+            return [_fact(entry) for entry in self._relevant(entries, query, vector, limit)]
+
+
+def _fact(entry: _Entry) -> tuple[str, str, Any]:
+    return (entry.scope, entry.key, _json(entry.value))
 
 
 __all__ = ["Delta", "InMemoryRunStore"]

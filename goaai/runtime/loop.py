@@ -6,18 +6,19 @@ state that is not also in the store: when it starts, it rebuilds the conversatio
 from what the run recorded, so the same code starts a new run, continues one after
 a person answered, and takes over one whose worker died.
 
-Picking a run up again follows three rules:
+Picking a run up again follows four rules:
 
 - a tool call that finished (succeeded, failed, denied) is never executed again;
   its recorded result is what the model sees;
 - a tool call left ``running`` by a dead worker is executed again only if its tool
   is idempotent; otherwise it is marked failed (``internal``) and the model is told;
+- a tool call left ``scheduled`` (queued behind calls of the same reply that ran
+  at the same time, or approved and not yet begun) is executed then;
 - a turn whose reply was lost is asked again with the messages it recorded.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -25,14 +26,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from uuid import UUID
 
+from goaai.runtime import context as budget
 from goaai.runtime.agents import Agent, AgentRegistry
+from goaai.runtime.conversation import DEFAULT_CONTEXT_TOKENS, ConversationSettings
 from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError, NotFound
 from goaai.runtime.limits import LocalLimits, ModelLimits
+from goaai.runtime.memory_ranking import fact_line
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec
 from goaai.runtime.policy import LabelRule, Policy, apply_label_rules
+from goaai.runtime.questions import Question
 from goaai.runtime.retry import model_retrying
 from goaai.runtime.store import RunStore
 from goaai.runtime.tools import Tool, ToolContext, ToolRejected
@@ -74,13 +80,21 @@ class _Stop(Exception):
     """The run must end now, before its model has answered."""
 
     def __init__(
-        self, status: RunStatus, error: RunError | None = None, *, rule: str = "", reason: str = ""
+        self,
+        status: RunStatus,
+        error: RunError | None = None,
+        *,
+        rule: str = "",
+        reason: str = "",
+        output: str = "",
     ) -> None:
         super().__init__(reason)
         self.status = status
         self.error = error
         self.rule = rule
         self.reason = reason
+        # What the model had said when it was stopped, kept as the run's output.
+        self.output = output
 
 
 class _Paused(Exception):
@@ -158,6 +172,101 @@ class _Progress:
     # Replies cut off by the output limit before they said anything usable.
     truncated: int = 0
     messages: list[Message] = field(default_factory=list)
+    # The most tokens a request's input may hold, and where the history of earlier
+    # runs lies in ``messages`` (its messages per run, oldest first), known when the
+    # run builds its first request (not when it resumes from recorded turns).
+    input_budget: int = DEFAULT_CONTEXT_TOKENS
+    # How much of one tool result the model is shown.
+    result_chars: int = ConversationSettings.tool_result_chars
+    history_at: int = 0
+    history_runs: list[int] = field(default_factory=list)
+    # How many of the calls a model asks for together run at the same time.
+    parallel_tool_calls: int = 1
+
+
+@dataclass
+class _Call:
+    """One call of a model's reply as the loop works through it: what was recorded
+    of it before this pass (``state``), its tool (``None``: no such tool among
+    ``offered``), its id once recorded, whether this pass recorded it started, and
+    how it ended once it has (``outcome``)."""
+
+    position: int
+    request: ToolCallRequest
+    state: ToolCallState | None
+    tool: Tool | None
+    offered: tuple[str, ...]
+    needs_approval: bool
+    tool_call_id: UUID | None = None
+    started: bool = False
+    outcome: ToolOutcome | None = None
+
+    @classmethod
+    def of(
+        cls,
+        position: int,
+        request: ToolCallRequest,
+        state: ToolCallState | None,
+        tools: dict[str, Tool],
+        policy: Policy,
+    ) -> _Call:
+        found = tools.get(request.name)
+        if state is None:
+            needs_approval = found is not None and policy.needs_approval(
+                request.name, found.requires_approval
+            )
+        else:
+            needs_approval = state.requires_approval
+        call = cls(
+            position,
+            request,
+            state,
+            found,
+            tuple(tools),
+            needs_approval,
+            tool_call_id=state.id if state is not None else None,
+        )
+        if state is not None and state.status in _FINAL_CALL_STATUSES:
+            call.outcome = (
+                _denied(state.decision_reason)
+                if state.status == ToolCallStatus.DENIED
+                else state.outcome
+            )
+        return call
+
+    @property
+    def recorded_id(self) -> UUID:
+        if self.tool_call_id is None:
+            raise RuntimeError(f"Tool call {self.request.id} is executed before it is recorded.")
+        return self.tool_call_id
+
+    @property
+    def waits_for_person(self) -> bool:
+        """A question, or a call that needs an approval it does not have yet."""
+        if self.tool is None:
+            return False
+        if self.tool.asks_user:
+            return True
+        return self.needs_approval and (self.state is None or self.state.decision != "approved")
+
+    @property
+    def runs_together(self) -> bool:
+        """Whether the call runs with the others of its reply: not one that waits
+        for a person, nor one that runs in the loop's own thread (a tool without a
+        time limit: an agent asked, whose child run may itself wait for a person)."""
+        if self.outcome is not None or self.waits_for_person:
+            return False
+        return self.tool is None or self.tool.timeout_seconds is not None
+
+
+def _within_cap(policy: Policy, used: int, calls: Sequence[_Call]) -> int:
+    """How many of a reply's calls, from the first, the run may make after ``used``
+    calls: one not recorded yet is over the cap once ``max_tool_calls`` were made."""
+    for call in calls:
+        if call.state is None and used >= policy.max_tool_calls:
+            return call.position
+        used += 1
+    return len(calls)
 
 
 class TurnLoop:
@@ -238,7 +347,7 @@ class TurnLoop:
             self.store.policy_decision(
                 run_id=run_id, rule=stop.rule, verdict="stop", reason=stop.reason
             )
-        return self._finish(run_id, stop.status, stop.error)
+        return self._finish(run_id, stop.status, stop.error, output=stop.output)
 
     def _crashed(self, run_id: UUID, exc: Exception, lease: _LeaseKeeper) -> RunInfo | None:
         logger.exception("Run %s crashed", run_id)
@@ -248,10 +357,12 @@ class TurnLoop:
         error = RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}")
         return self._finish(run_id, RunStatus.FAILED, error)
 
-    def _finish(self, run_id: UUID, status: RunStatus, error: RunError | None) -> RunInfo:
+    def _finish(
+        self, run_id: UUID, status: RunStatus, error: RunError | None, *, output: str = ""
+    ) -> RunInfo:
         """End the run, unless it already ended (a cancel that took effect at once)."""
         try:
-            return self.store.finish_run(run_id=run_id, status=status, error=error)
+            return self.store.finish_run(run_id=run_id, status=status, output=output, error=error)
         except IllegalTransition:
             return self.store.get_run(run_id)
 
@@ -283,8 +394,16 @@ class TurnLoop:
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
             for t in tools.values()
         )
-        progress = _Progress(started=self.clock() - context.elapsed_seconds)
-        progress.messages = self._initial_messages(agent, context)
+        progress = _Progress(
+            started=self.clock() - context.elapsed_seconds,
+            input_budget=budget.input_budget(
+                agent.conversation, agent.model_settings, _window(model)
+            ),
+            result_chars=agent.conversation.tool_result_chars,
+        )
+        progress.parallel_tool_calls = agent.conversation.parallel_tool_calls
+        if not context.turns:
+            progress.messages = self._initial_messages(agent, context, model, specs, progress)
         next_index = 0
 
         # Replay what was recorded; finish the last turn if it was left open.
@@ -356,6 +475,7 @@ class TurnLoop:
         """One model round-trip, retried within the agent's budget: the tool calls
         the model wants (none when its reply was cut short and it is asked again),
         or, when it answered, the completed run."""
+        self._fit(progress, specs)
         turn_started = self.clock()
         streamed: list[str] = []
         request = ModelRequest(
@@ -395,7 +515,7 @@ class TurnLoop:
                 latency_ms=int((self.clock() - turn_started) * 1000),
                 retries=retries,
             )
-            raise _Stop(RunStatus.CANCELED, reason=interrupted.reason) from None
+            raise _Stop(RunStatus.CANCELED, reason=interrupted.reason, output=partial) from None
         self.store.complete_turn(
             turn_id=turn_id,
             reply=reply,
@@ -482,17 +602,27 @@ class TurnLoop:
         requests: tuple[ToolCallRequest, ...],
         recorded: tuple[ToolCallState, ...],
     ) -> None:
+        """Run the calls of one reply and tell the model how each went, in its order.
+
+        The calls are recorded in the model's order first. Those that need no person
+        then run together (at most the agent's ``parallel_tool_calls`` at a time);
+        the others (a question, a call waiting for approval, an agent asked, which
+        runs in the loop's own thread) follow one by one in the model's order, and
+        the run pauses at the first that waits for a person. A failed call cancels
+        none of the others; the caps count the calls in the model's order."""
         by_index = {state.index: state for state in recorded}
-        for position, request in enumerate(requests):
-            state = by_index.get(position)
-            if state is not None and state.status in _FINAL_CALL_STATUSES:
-                outcome = state.outcome
-                if state.status == ToolCallStatus.DENIED:
-                    outcome = _denied(state.decision_reason)
-                progress.tool_calls += 1
-            else:
+        calls = [
+            _Call.of(position, request, by_index.get(position), tools, policy)
+            for position, request in enumerate(requests)
+        ]
+        allowed = _within_cap(policy, progress.tool_calls, calls)
+        self._run_together(context, policy, progress, lease, turn_id, calls[:allowed])
+        for call in calls:
+            request = call.request
+            outcome = call.outcome
+            if outcome is None:
                 self._check_between_steps(context, policy, progress, lease)
-                if state is None and progress.tool_calls >= policy.max_tool_calls:
+                if call.position >= allowed:
                     raise _Stop(
                         RunStatus.FAILED,
                         RunError(
@@ -502,16 +632,17 @@ class TurnLoop:
                         rule="max_tool_calls",
                         reason=f"Limit of {policy.max_tool_calls} tool calls reached.",
                     )
-                progress.tool_calls += 1
-                outcome = self._call_tool(context, policy, tools, turn_id, position, request, state)
+                outcome = self._call_tool(context, call)
+            progress.tool_calls += 1
             progress.consecutive_failures = 0 if outcome.ok else progress.consecutive_failures + 1
+            # The result reaches the model bounded; all of it stays recorded.
             progress.messages.append(
-                Message(
-                    role="tool",
-                    content=json.dumps(outcome.for_model(), default=str),
-                    tool_call_id=request.id,
-                    name=request.name,
+                budget.tool_message(
+                    request=request,
+                    outcome=outcome.for_model(),
                     is_error=not outcome.ok,
+                    tool_call_id=call.tool_call_id or (call.state.id if call.state else None),
+                    limit=progress.result_chars,
                 )
             )
             if progress.consecutive_failures >= policy.max_consecutive_tool_failures:
@@ -526,67 +657,147 @@ class TurnLoop:
                     reason=f"{progress.consecutive_failures} consecutive failed tool calls.",
                 )
 
-    def _call_tool(
+    def _run_together(
         self,
         context: RunContext,
         policy: Policy,
-        tools: dict[str, Tool],
+        progress: _Progress,
+        lease: _LeaseKeeper,
         turn_id: UUID,
-        position: int,
-        request: ToolCallRequest,
-        state: ToolCallState | None,
-    ) -> ToolOutcome:
-        found = tools.get(request.name)
-        started = False
-        if state is None:
-            needs_approval = bool(found) and policy.needs_approval(
-                request.name, bool(found and found.requires_approval)
+        calls: list[_Call],
+    ) -> None:
+        """Record the calls not recorded yet, in the model's order, then execute
+        those that need no person, each in a thread of its own, at most
+        ``parallel_tool_calls`` at a time; each one's outcome is set on it. Calls
+        queued behind others begin only if the run may still go on; the running
+        ones finish (or time out) whatever happens meanwhile."""
+        open_calls = [call for call in calls if call.outcome is None]
+        if not open_calls:
+            return
+        self._check_between_steps(context, policy, progress, lease)
+        together = [call for call in open_calls if call.runs_together]
+        at_once = max(1, min(progress.parallel_tool_calls, len(together)))
+        starting = {call.position for call in together[:at_once]}
+        for call in open_calls:
+            if call.state is None:
+                self._record_call(turn_id, call, start=call.position in starting)
+        if at_once == 1:
+            # One at a time, in the loop's own thread.
+            for call in together:
+                if not call.started:
+                    self._check_between_steps(context, policy, progress, lease)
+                call.outcome = self._execute_call(context, call)
+            return
+        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="goaai-tools") as pool:
+            jobs = [
+                pool.submit(self._execute_in_worker, context, policy, progress, lease, call)
+                for call in together
+            ]
+        for job in jobs:
+            failure = job.exception()
+            if failure is not None:
+                raise failure
+
+    def _execute_in_worker(
+        self,
+        context: RunContext,
+        policy: Policy,
+        progress: _Progress,
+        lease: _LeaseKeeper,
+        call: _Call,
+    ) -> None:
+        """One call of those that run together, in a worker thread. The thread holds
+        the store's per-thread resources (a database connection) only to record the
+        call's start and end: the tool runs in a thread of its own, with its own."""
+        with self.store.worker():
+            if not call.started:
+                try:
+                    self._check_between_steps(context, policy, progress, lease)
+                except (_Stop, _LeaseLost):
+                    # The loop stops the run once the running calls have finished.
+                    return
+            found = self._tool_to_run(call)
+            if isinstance(found, ToolOutcome):
+                call.outcome = found
+                return
+            if not call.started:
+                self.store.begin_tool_call(tool_call_id=call.recorded_id)
+        # Only tools with a time limit run together, and those run in a thread of
+        # their own (an agent asked, which may pause, runs in the loop's thread).
+        outcome = self._invoke(found, call.request, context, call.recorded_id)
+        with self.store.worker():
+            self.store.finish_tool_call(tool_call_id=call.recorded_id, outcome=outcome)
+        call.outcome = outcome
+
+    def _record_call(self, turn_id: UUID, call: _Call, *, start: bool) -> None:
+        """Record a call the model asked for: waiting for a person (it may need
+        approval), started (nothing to wait for: scheduled and started in one
+        step), or scheduled to begin when a place among the running calls frees."""
+        if call.waits_for_person or not start:
+            call.tool_call_id = self.store.schedule_tool_call(
+                turn_id=turn_id,
+                index=call.position,
+                request=call.request,
+                requires_approval=call.needs_approval,
             )
-            if needs_approval or (found is not None and found.asks_user):
-                tool_call_id = self.store.schedule_tool_call(
-                    turn_id=turn_id,
-                    index=position,
-                    request=request,
-                    requires_approval=needs_approval,
-                )
-            else:
-                # Nothing to wait for: scheduled and started in one step.
-                tool_call_id = self.store.start_tool_call(
-                    turn_id=turn_id, index=position, request=request
-                )
-                started = True
         else:
-            tool_call_id = state.id
-            needs_approval = state.requires_approval
-
-        if found is None:
-            outcome = ToolOutcome(
-                error_kind=ErrorKind.INVALID_CALL,
-                error_message=f"There is no tool named {request.name!r}; "
-                f"available: {', '.join(sorted(tools)) or 'none'}.",
+            call.tool_call_id = self.store.start_tool_call(
+                turn_id=turn_id, index=call.position, request=call.request
             )
-            if not started:
-                self.store.begin_tool_call(tool_call_id=tool_call_id)
-            self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
-            return outcome
+            call.started = True
 
-        if found.asks_user:
-            # The answer arrives through the store; until then the run waits.
-            question = str(request.arguments.get("question", ""))
-            raise _Paused(
-                self.store.await_input(
-                    run_id=context.run_id,
-                    kind="question",
-                    tool_call_id=tool_call_id,
-                    question=question,
-                )
-            )
-        if needs_approval and (state is None or state.decision != "approved"):
+    def _call_tool(self, context: RunContext, call: _Call) -> ToolOutcome:
+        """A call that waits for a person (the run pauses), or that runs in the
+        loop's own thread, in the model's order after the calls run together."""
+        found, tool_call_id = call.tool, call.recorded_id
+        if found is not None and found.asks_user:
+            return self._ask(context, found, call)
+        if call.waits_for_person:
             raise _Paused(
                 self.store.await_input(
                     run_id=context.run_id, kind="approval", tool_call_id=tool_call_id
                 )
             )
+        return self._execute_call(context, call)
+
+    def _ask(self, context: RunContext, found: Tool, call: _Call) -> ToolOutcome:
+        """Pause the run with the call's question. Its arguments are checked as any
+        tool's are first: a bad question comes back to the model to correct."""
+        tool_call_id = call.recorded_id
+        checked = self._invoke(found, call.request, context, tool_call_id)
+        if not checked.ok:
+            self.store.begin_tool_call(tool_call_id=tool_call_id)
+            self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=checked)
+            return checked
+        # The answer arrives through the store; until then the run waits.
+        question = Question.of(checked.result)
+        raise _Paused(
+            self.store.await_input(
+                run_id=context.run_id,
+                kind="question",
+                tool_call_id=tool_call_id,
+                question=question.text,
+                choices=question.choices,
+                multiple=question.multiple,
+            )
+        )
+
+    def _tool_to_run(self, call: _Call) -> Tool | ToolOutcome:
+        """The tool a call runs; or, for a call that cannot run (no such tool, or
+        one left running by a dead worker that is not safe to run again), how it
+        ended, recorded."""
+        found, request, state = call.tool, call.request, call.state
+        tool_call_id = call.recorded_id
+        if found is None:
+            outcome = ToolOutcome(
+                error_kind=ErrorKind.INVALID_CALL,
+                error_message=f"There is no tool named {request.name!r}; "
+                f"available: {', '.join(sorted(call.offered)) or 'none'}.",
+            )
+            if not call.started:
+                self.store.begin_tool_call(tool_call_id=tool_call_id)
+            self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
+            return outcome
         if state is not None and state.status == ToolCallStatus.RUNNING and not found.idempotent:
             # Its worker died mid-call: the tool may or may not have acted, and
             # running it again could act twice. Tell the model instead.
@@ -597,11 +808,19 @@ class TurnLoop:
             )
             self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
             return outcome
+        return found
 
-        if not started:
+    def _execute_call(self, context: RunContext, call: _Call) -> ToolOutcome:
+        """Execute a recorded call that needs no person (now) in the loop's thread,
+        record how it ended, and return that."""
+        found = self._tool_to_run(call)
+        if isinstance(found, ToolOutcome):
+            return found
+        tool_call_id = call.recorded_id
+        if not call.started:
             self.store.begin_tool_call(tool_call_id=tool_call_id)
         try:
-            outcome = self._invoke(found, request, context, tool_call_id)
+            outcome = self._invoke(found, call.request, context, tool_call_id)
         except DelegationPaused as waiting:
             # The agent this run called waits for a person; so does this run. When
             # the child ends, its answer becomes this call's result and we go on.
@@ -719,18 +938,139 @@ class TurnLoop:
 
         return sink
 
-    def _initial_messages(self, agent: Agent, context: RunContext) -> list[Message]:
+    def _initial_messages(
+        self,
+        agent: Agent,
+        context: RunContext,
+        model: ModelClient,
+        specs: tuple[ToolSpec, ...],
+        progress: _Progress,
+    ) -> list[Message]:
         """The agent's system prompt, then what it remembers for this session as a
         second system message (the first stays the same from run to run, which is
-        what a provider's prompt cache keys on), the session so far, the input."""
-        messages: list[Message] = []
+        what a provider's prompt cache keys on), the conversation so far on the
+        run's branch within the context budget, the input."""
+        head: list[Message] = []
         if agent.system_prompt:
-            messages.append(Message(role="system", content=agent.system_prompt))
+            head.append(Message(role="system", content=agent.system_prompt))
         if context.memory:
-            messages.append(memory_message(context.memory))
-        messages.extend(context.history)
-        messages.append(Message(role="user", content=context.input))
-        return messages
+            head.append(memory_message(context.memory))
+        current = Message(role="user", content=context.input)
+        fixed = budget.messages_tokens([*head, current]) + budget.tools_tokens(specs)
+        # Half of what is left for the earlier runs, half for this run's own turns.
+        history_tokens = max(0, (progress.input_budget - fixed) // 2)
+        plan = budget.plan_history(
+            context.history,
+            context.summary,
+            history_tokens=history_tokens,
+            result_chars=agent.conversation.tool_result_chars,
+        )
+        summary = context.summary
+        text, covered = (summary.text, summary.runs_covered) if summary else (None, 0)
+        if context.history_cut:
+            # A session older than summaries: what lies past the store's walk is out.
+            self.store.policy_decision(
+                run_id=context.run_id,
+                rule="context_budget",
+                verdict="trimmed",
+                reason=f"Only the last {len(context.history)} earlier runs were read; "
+                "the ones before them were never summarised and are left out.",
+            )
+        if plan.fold:
+            written = self._summarize(context, agent, model, plan, progress.input_budget)
+            if written is not None:
+                text, covered = written
+        history = plan.messages(text, covered)
+        progress.history_at = len(head) + (1 if text else 0)
+        progress.history_runs = [len(messages) for _, messages in plan.kept]
+        return [*head, *history, current]
+
+    def _summarize(
+        self,
+        context: RunContext,
+        agent: Agent,
+        model: ModelClient,
+        plan: budget.HistoryPlan,
+        input_budget: int,
+    ) -> tuple[str, int] | None:
+        """Have the agent's model fold the runs ``plan`` leaves out into a new
+        summary (with the one in force), record it, and return its text and how many
+        runs it covers; ``None`` (the runs are left out, and the run says so) if
+        the model failed."""
+        previous = context.summary
+        words = plan.summary_tokens * 3 // 4
+        request = ModelRequest(
+            messages=budget.summary_request_messages(
+                previous, plan.fold, words=words, budget=input_budget
+            ),
+            tools=(),
+            settings=replace(agent.model_settings, max_output_tokens=plan.summary_tokens),
+        )
+        started = self.clock()
+        try:
+            for attempt in model_retrying(
+                agent.model_settings, sleep=self._pause(context), on_retry=_not_recorded
+            ):
+                with attempt:
+                    reply = self._complete(context, model, request, None)
+        except ModelError as exc:
+            self.store.policy_decision(
+                run_id=context.run_id,
+                rule="context_budget",
+                verdict="trimmed",
+                reason=f"{len(plan.fold)} earlier runs left out of the context: "
+                f"summarising them failed ({exc.kind}: {exc.message}).",
+            )
+            return None
+        text = reply.text.strip()[: plan.summary_tokens * budget.CHARS_PER_TOKEN]
+        covered = (previous.runs_covered if previous else 0) + len(plan.fold)
+        self.store.record_summary(
+            run_id=context.run_id,
+            through_run_id=plan.fold[-1].id,
+            previous_id=previous.id if previous else None,
+            runs_covered=covered,
+            text=text,
+            model=model.name,
+            reply=reply,
+            latency_ms=int((self.clock() - started) * 1000),
+        )
+        return text, covered
+
+    def _fit(self, progress: _Progress, specs: tuple[ToolSpec, ...]) -> None:
+        """Keep the next request within the input budget: shorten this run's longest
+        tool results first, then leave out the oldest earlier runs; a run whose own
+        turns cannot fit ends failed rather than overflow the model."""
+        room = progress.input_budget - budget.tools_tokens(specs)
+        messages = progress.messages
+        if budget.messages_tokens(messages) <= room:
+            return
+        shortest = max(FIT_RESULT_CHARS, 1)
+        for position in sorted(
+            (i for i, m in enumerate(messages) if m.role == "tool"),
+            key=lambda i: -len(messages[i].content),
+        ):
+            if budget.messages_tokens(messages) <= room:
+                return
+            message = messages[position]
+            if len(message.content) > shortest:
+                messages[position] = replace(
+                    message, content=budget.bounded(message.content, shortest, None)
+                )
+        while progress.history_runs and budget.messages_tokens(messages) > room:
+            count = progress.history_runs.pop(0)
+            del messages[progress.history_at : progress.history_at + count]
+        if budget.messages_tokens(messages) > room:
+            raise _Stop(
+                RunStatus.FAILED,
+                RunError(
+                    kind=ErrorKind.DOMAIN_REJECTION,
+                    message="The run no longer fits the context budget of "
+                    f"{progress.input_budget} input tokens, even with its tool results "
+                    "shortened and earlier runs left out.",
+                ),
+                rule="context_budget",
+                reason="The run's own turns exceed the context budget.",
+            )
 
     def _check_between_steps(
         self, context: RunContext, policy: Policy, progress: _Progress, lease: _LeaseKeeper
@@ -753,9 +1093,29 @@ class TurnLoop:
 
 def memory_message(facts: Sequence[tuple[str, str, object]]) -> Message:
     """What the agent remembers for a session, (scope, key, value) each, as the
-    system message that follows its prompt."""
-    lines = "\n".join(f"- {key}: {value} ({scope})" for scope, key, value in facts)
+    system message that follows its prompt: the facts the store chose for the run,
+    most relevant first, one line each (:func:`~goaai.runtime.memory_ranking.fact_line`,
+    the line the memory budget counts)."""
+    lines = "\n".join(fact_line(scope, key, value) for scope, key, value in facts)
     return Message(role="system", content=f"What you remember that applies here:\n{lines}")
+
+
+def _window(model: ModelClient) -> int | None:
+    """How many tokens the model takes in one request, where its profile says."""
+    profile = getattr(model, "profile", None)
+    window = getattr(profile, "context_window", None)
+    return window if isinstance(window, int) else None
+
+
+# How short the loop may make one of a run's own tool results to stay in budget.
+FIT_RESULT_CHARS = 500
+
+
+def _not_recorded(attempt: int, error: ModelError, delay: float) -> None:
+    """A summary's retries are not turns of the run; the log says why each failed."""
+    logger.info(
+        "Summarising history: attempt %d failed (%s), retried in %.1fs", attempt, error.kind, delay
+    )
 
 
 # What the model is told when its reply was cut off by the output limit.

@@ -9,6 +9,7 @@ them. Each builder returns ``(type, data)``; ids are strings, as JSON holds them
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -112,6 +113,14 @@ def run_created(
     }
 
 
+def run_queued(*, behind: UUID, ahead: int, multitask: str) -> Event:
+    """A new run waits for the session's active run to end before it starts:
+    ``behind`` is the open run just before it, ``ahead`` how many open runs come
+    before it, ``multitask`` the policy that queued it (``enqueue``, or
+    ``interrupt`` behind a run asked to stop)."""
+    return EventType.RUN_QUEUED, {"behind": str(behind), "ahead": ahead, "multitask": multitask}
+
+
 def policy_decision(*, rule: str, verdict: str, reason: str) -> Event:
     return EventType.POLICY_DECISION, {"rule": rule, "verdict": verdict, "reason": reason}
 
@@ -135,12 +144,18 @@ def awaiting(
     kind: AwaitingKind,
     tool_call: UUID,
     question: str = "",
+    choices: Sequence[str] = (),
+    multiple: bool = False,
     child_run: UUID | None = None,
 ) -> dict[str, Any]:
-    """What a waiting run waits for, as the run records it and its event says."""
+    """What a waiting run waits for, as the run records it and its event says: a
+    question says which ``choices`` it offers, if any, and whether ``multiple`` of
+    them may be picked."""
     data: dict[str, Any] = {"kind": kind, "tool_call": str(tool_call)}
     if question:
         data["question"] = question
+    if choices:
+        data.update(choices=list(choices), multiple=multiple)
     if child_run is not None:
         data["child_run"] = str(child_run)
     return data
@@ -253,6 +268,27 @@ def usage(*, turn: UUID, used: Usage, cost: Decimal | None) -> Event:
     return EventType.USAGE, {"turn": str(turn), **usage_totals(used, cost)}
 
 
+def history_summarized(
+    *,
+    summary: UUID,
+    through_run: UUID,
+    runs_covered: int,
+    model: str,
+    used: Usage,
+    cost: Decimal | None,
+    latency_ms: int,
+) -> Event:
+    """Earlier runs were summarised to keep the run's context within budget."""
+    return EventType.HISTORY_SUMMARIZED, {
+        "summary": str(summary),
+        "through_run": str(through_run),
+        "runs_covered": runs_covered,
+        "model": model,
+        "latency_ms": latency_ms,
+        **usage_totals(used, cost),
+    }
+
+
 # Tool calls
 
 
@@ -291,10 +327,16 @@ def tool_call_decided(
     reason: str | None,
     decided_by: int | None,
     decided_by_name: str | None,
+    answer: Mapping[str, Any] | None = None,
 ) -> Event:
+    """A person decided about a tool call: approved or denied it (``reason``), or
+    answered its question (``answer``: the call's result, the answer in words and
+    the choices picked, if any)."""
     data: dict[str, Any] = {"tool_call": str(tool_call), "name": name, "decision": decision}
     if reason is not None:
         data["reason"] = reason
+    if answer is not None:
+        data.update(answer)
     data.update(decided_by=decided_by, decided_by_name=decided_by_name)
     return EventType.TOOL_CALL_DECIDED, data
 

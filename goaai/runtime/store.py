@@ -7,13 +7,14 @@ the turn loop always resumes from what is durably recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 from uuid import UUID
 
 from goaai.runtime.policy import Decision
 from goaai.runtime.types import (
+    Branch,
     MemoryRecord,
     ModelReply,
     RunContext,
@@ -23,6 +24,7 @@ from goaai.runtime.types import (
     ToolCallRequest,
     ToolOutcome,
 )
+from goaai.runtime.vocabulary import Multitask
 
 
 class RunStore(Protocol):
@@ -50,10 +52,29 @@ class RunStore(Protocol):
         idempotency_key: str | None = None,
         fingerprint: str = "",
         definition: dict[str, Any] | None = None,
+        multitask: str = Multitask.ENQUEUE,
+        branch: Branch | None = None,
     ) -> RunInfo:
         """A pending run. ``definition`` is the agent as it is now
         (:meth:`~goaai.runtime.agents.Agent.as_dict`): the run records that version
-        of it, numbered per agent, and executes it even if the agent changes."""
+        of it, numbered per agent, and executes it even if the agent changes. It
+        continues the conversation from ``branch`` (by default from the session's
+        newest top-level run, or for a fork with none yet, the run it was forked at).
+
+        ``multitask`` says what happens when another top-level run of the session is
+        still open (pending, running or awaiting input), decided under the session's
+        lock so that two messages at the same moment are still taken one after the
+        other: ``enqueue`` records the run as waiting behind the open one
+        (``run.queued``; :attr:`RunInfo.queued_behind`), ``interrupt`` asks the open
+        runs to stop (a cancel, as :meth:`request_cancel`) and queues the run behind
+        them, ``reject`` records nothing and raises
+        :class:`~goaai.runtime.errors.RunActive` naming the open run. The run
+        records the policy it was given only when a run was open."""
+        ...
+
+    def fork_session(self, *, source_run_id: UUID, owner_id: int, title: str) -> SessionInfo:
+        """A new session of ``owner_id``'s, of the source's agent, whose history is
+        the branch of ``source_run_id`` up to and including it."""
         ...
 
     def get_run(self, run_id: UUID) -> RunInfo: ...
@@ -69,8 +90,12 @@ class RunStore(Protocol):
         reason: str,
         answer: str | None,
         decided_by_id: int | None,
+        choices: Sequence[str] | None = None,
     ) -> RunInfo:
-        """Record a person's approval, denial or answer; the run becomes claimable."""
+        """Record a person's approval, denial or answer (in words, ``answer``, or the
+        ``choices`` picked of those the question offers); the run becomes claimable.
+        :class:`~goaai.runtime.errors.InvalidAnswer` if the question does not
+        accept the answer (nothing is recorded then)."""
         ...
 
     def create_child_run(
@@ -95,7 +120,9 @@ class RunStore(Protocol):
         """Take a run for execution under a lease held by ``owner``: a pending run
         starts; a running run whose lease expired (its worker died) or that was
         released (an answer arrived) is taken over. ``None`` if the run is finished,
-        waiting for input, or held by a live worker. The context carries everything
+        waiting for input, held by a live worker, or a top-level run whose session
+        has an earlier top-level run still open (it waits for its turn, see
+        :meth:`next_queued_run`). The context carries everything
         recorded so far, so the loop continues from the last committed step."""
         ...
 
@@ -103,9 +130,17 @@ class RunStore(Protocol):
         """Extend ``owner``'s lease; ``False`` if the run is no longer held by it."""
         ...
 
+    def next_queued_run(self, session_id: UUID) -> UUID | None:
+        """The session's run whose turn has come: its oldest open top-level run, if
+        that has not started yet (``None`` otherwise). When a run ends, the executor
+        is handed this one. A pending top-level run behind an open one is never
+        claimed (:meth:`claim_run` refuses it) nor counted by :meth:`expired_runs`."""
+        ...
+
     def expired_runs(self, *, limit: int = 100) -> list[UUID]:
         """Top-level runs that no live worker holds: running with an expired lease, or
-        pending for longer than a lease without being claimed."""
+        pending for longer than a lease without being claimed (not those waiting
+        for an earlier run of their session to end)."""
         ...
 
     def cancel_requested(self, run_id: UUID) -> str | None:
@@ -162,10 +197,13 @@ class RunStore(Protocol):
         kind: str,
         tool_call_id: UUID,
         question: str = "",
+        choices: Sequence[str] = (),
+        multiple: bool = False,
         child_run_id: UUID | None = None,
     ) -> RunInfo:
         """Pause the run until a person approves/denies the call or answers the
-        question (``kind="delegated"``: until the child run the call started ends)."""
+        question, picking ``choices`` if it offers them (``multiple``: any number;
+        else one) (``kind="delegated"``: until the child run the call started ends)."""
         ...
 
     def settle_child(self, run_id: UUID) -> UUID | None:
@@ -178,9 +216,35 @@ class RunStore(Protocol):
 
     def finish_run(
         self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
-    ) -> RunInfo: ...
+    ) -> RunInfo:
+        """End the run: ``output`` is a completed run's answer, or what a canceled
+        run had said when it was stopped (kept as its output)."""
+        ...
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None: ...
+
+    def record_summary(
+        self,
+        *,
+        run_id: UUID,
+        through_run_id: UUID,
+        previous_id: UUID | None,
+        runs_covered: int,
+        text: str,
+        model: str,
+        reply: ModelReply,
+        latency_ms: int,
+    ) -> UUID:
+        """Record the summary ``run_id``'s model wrote of its branch up to and
+        including ``through_run_id`` (folding in ``previous_id``), which later runs
+        on the branch reuse; its usage and cost (at the price of ``model`` in force
+        now) are added to the run's."""
+        ...
+
+    def tool_result(self, *, tool_call_id: UUID, owner_id: int) -> ToolOutcome | None:
+        """The recorded outcome of a finished tool call in one of ``owner_id``'s
+        sessions; ``None`` if there is none (or it is someone else's)."""
+        ...
 
     def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
         """Stream a piece of model text to live subscribers (never stored)."""
@@ -203,6 +267,16 @@ class RunStore(Protocol):
     ) -> MemoryRecord: ...
 
     def resolve_memory(self, *, key: str, session_id: UUID) -> MemoryRecord | None: ...
+
+    def search_memory(
+        self, *, session_id: UUID, query: str, limit: int = 5
+    ) -> list[tuple[str, str, Any]]:
+        """At most ``limit`` live facts the session reads that match ``query``, best
+        first, as (scope, key, value): ranked by the words they share with it (and,
+        with embeddings configured, by meaning), a more specific scope hiding the same
+        key further out, as :meth:`resolve_memory` does. Facts the run starts with
+        (``RunContext.memory``) are chosen by the same ranking."""
+        ...
 
     def memory_keys(
         self,

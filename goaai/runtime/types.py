@@ -212,6 +212,17 @@ class RunInfo:
     # The version of its agent the run executes (numbered per agent from 1), if
     # its store records versions.
     agent_version: int | None = None
+    # What a message sent while another run of the session was active did to this
+    # run (enqueue, interrupt; empty when none was active), and, while it waits for
+    # its turn, the open run just before it.
+    multitask: str = ""
+    queued_behind: UUID | None = None
+    # Its place on the session's branches: the run it continues from, and the run
+    # it redoes, if any (see :class:`Branch`).
+    previous_run_id: UUID | None = None
+    retry_of_id: UUID | None = None
+    regenerates_id: UUID | None = None
+    edit_of_id: UUID | None = None
 
     @classmethod
     def of(cls, run: Any, copy: Copy = _same) -> RunInfo:
@@ -236,6 +247,12 @@ class RunInfo:
             parent_run_id=run.parent_run_id,
             cost=known_cost(run.cost, run.unpriced_turns),
             agent_version=getattr(run, "agent_version_number", None),
+            multitask=getattr(run, "multitask", ""),
+            queued_behind=getattr(run, "queued_behind_id", None),
+            previous_run_id=run.previous_run_id,
+            retry_of_id=run.retry_of_id,
+            regenerates_id=run.regenerates_id,
+            edit_of_id=run.edit_of_id,
         )
 
 
@@ -295,6 +312,30 @@ class TurnState:
     tool_calls: tuple[ToolCallState, ...] = ()
     finish_reason: str = ""
     reasoning_state: tuple[dict[str, Any], ...] = ()
+    # The reply's output tokens as the provider reported them (0: not known).
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """A run before this one on its branch, as its history shows it: what the user
+    said, every turn with its tool calls and their results, and how it ended."""
+
+    id: UUID
+    input: str
+    status: str
+    error_message: str = ""
+    turns: tuple[TurnState, ...] = ()
+
+
+@dataclass(frozen=True)
+class SummaryState:
+    """The summary that stands for a branch up to and including ``through_run_id``."""
+
+    id: UUID
+    through_run_id: UUID
+    text: str
+    runs_covered: int
 
 
 @dataclass(frozen=True)
@@ -307,15 +348,23 @@ class RunContext:
     agent: str
     input: str
     labels: dict[str, str]
-    # Earlier runs of the session, as user/assistant messages, oldest first.
-    history: tuple[Message, ...] = ()
+    # The runs before this one on its branch since the latest summary, oldest
+    # first (at most a store's walk; see ``history_cut``), and that summary.
+    history: tuple[EarlierRun, ...] = ()
+    summary: SummaryState | None = None
+    # Whether older runs were left out because the walk stopped before it reached
+    # the branch's start or a summary.
+    history_cut: bool = False
     # The policy in force, as stored on the run.
     policy: dict[str, Any] = field(default_factory=dict)
     # Seconds the run has already been working (a resumed run continues its budget).
     elapsed_seconds: float = 0.0
     # What the run recorded before this execution began (empty for a new run).
     turns: tuple[TurnState, ...] = ()
-    # Facts the agent remembers that apply to this session: (scope, key, value).
+    # Facts the agent remembers that apply to this session, (scope, key, value):
+    # those most relevant to the input first, within the agent's memory budget
+    # (goaai.runtime.memory_ranking). Empty for a run that recorded turns: it
+    # replays the messages it sent, the facts it was told among them.
     memory: tuple[tuple[str, str, Any], ...] = ()
     # The lease this execution holds; every renewal must name it.
     lease_owner: str = ""

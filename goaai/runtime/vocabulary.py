@@ -77,6 +77,25 @@ class Multitask(StrEnum):
     INTERRUPT = "interrupt"
 
 
+class Redo(StrEnum):
+    """Ways to redo a run from the point before it (each a new, linked run)."""
+
+    # A run that failed, timed out or was stopped, asked again.
+    RETRY = "retry"
+    # Another answer to the same message.
+    REGENERATE = "regenerate"
+    # The message changed, and the conversation goes on from there.
+    EDIT = "edit"
+
+
+# The runs each way may redo.
+REDOABLE_STATUSES = {
+    Redo.RETRY: frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELED}),
+    Redo.REGENERATE: frozenset({RunStatus.COMPLETED, RunStatus.CANCELED}),
+    Redo.EDIT: TERMINAL_RUN_STATUSES,
+}
+
+
 class ToolCallStatus(StrEnum):
     SCHEDULED = "scheduled"
     RUNNING = "running"

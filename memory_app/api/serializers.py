@@ -142,3 +142,18 @@ class MemoryUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
     def validate_expires_at(self, value: Any) -> Any:
         return check_expiry(value)
+
+
+class MemoryFactSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A fact a search found, as a run is told it."""
+
+    key = serializers.CharField()
+    value = serializers.JSONField()
+    scope = serializers.ChoiceField(choices=MEMORY_SCOPE_CHOICES)
+
+
+class MemorySearchSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What ``GET /memory/search/`` answers: the query and its facts, best first."""
+
+    query = serializers.CharField()
+    results = MemoryFactSerializer(many=True)

@@ -43,10 +43,11 @@ from memory_app.api.serializers import (
     MemoryCreateSerializer,
     MemoryEntrySerializer,
     MemoryRevisionSerializer,
+    MemorySearchSerializer,
     MemoryUpdateSerializer,
 )
 from memory_app.models import MemoryEntry, MemoryRevision
-from memory_app.selectors import memory_resolve
+from memory_app.selectors import memory_resolve, memory_search
 from sessions_app.access import sessions_readable
 
 
@@ -88,7 +89,9 @@ def _owner(entry: MemoryEntry | MemoryRevision) -> dict[str, Any]:
 
 
 @extend_validation_errors(["invalid"], field_name="key", actions=["resolve"])
-@extend_validation_errors(["invalid"], field_name="session", actions=["resolve"])
+@extend_validation_errors(["invalid"], field_name="session", actions=["resolve", "search"])
+@extend_validation_errors(["invalid"], field_name="q", actions=["search"])
+@extend_validation_errors(["invalid"], field_name="limit", actions=["search"])
 @extend_validation_errors(["invalid"], field_name="version", actions=["destroy"])
 @extend_validation_errors(["does_not_exist"], field_name="user", actions=["create"])
 @extend_validation_errors(["does_not_exist"], field_name="session", actions=["create"])
@@ -298,3 +301,42 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         if not page and "cursor" not in request.query_params:
             raise NotFound("No such memory entry.")
         return self.get_paginated_response(MemoryRevisionSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Search a session's memory",
+        description="The facts a run in the session reads that match `q` (its words, "
+        "stemmed; with embeddings configured also its meaning), best first: what the "
+        "agent's `memory_search` tool finds, and how a run's memory is ranked. A more "
+        "specific scope hides the same key further out; expired entries are left out. "
+        "At most `limit` facts (1 to 50, default 10).",
+        parameters=[
+            OpenApiParameter("q", OpenApiTypes.STR, required=True),
+            OpenApiParameter("session", OpenApiTypes.UUID, required=True),
+            OpenApiParameter("limit", OpenApiTypes.INT, required=False),
+        ],
+        responses={200: MemorySearchSerializer, 404: OpenApiResponse(description="No session.")},
+        filters=False,
+    )
+    @action(detail=False, methods=["get"], filterset_class=None, pagination_class=None)
+    def search(self, request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        errors: dict[str, list[str]] = {}
+        if not query or len(query) > 1_000 or "\x00" in query:
+            errors["q"] = ["A query of 1 to 1000 characters (no NUL)."]
+        try:
+            session_id = UUID(request.query_params.get("session", ""))
+        except ValueError:
+            errors["session"] = ["A session id."]
+        raw_limit = request.query_params.get("limit", "10")
+        limit = int(raw_limit) if raw_limit.isdigit() else 0
+        if not 1 <= limit <= 50:
+            errors["limit"] = ["A whole number from 1 to 50."]
+        if errors:
+            raise ValidationError(errors)
+        session = get_object_or_404(sessions_readable(request.user), pk=session_id)
+        # As for resolve: someone else's session takes the permission to read their memory.
+        if not allowed(request.user, MemoryEntry, "view", session.owner_id):
+            raise NotFound("No such session.")
+        found = memory_search(session_id=session.pk, query=query, limit=limit)
+        results = [{"key": key, "value": value, "scope": scope} for scope, key, value in found]
+        return Response(MemorySearchSerializer({"query": query, "results": results}).data)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
 from goaai.api.usage import RunUsageSerializer, UsageSerializer, turn_usage_document, usage_document
-from goaai.runtime.vocabulary import AwaitingKind, FinishReason
+from goaai.runtime.questions import MAX_CHOICE_LENGTH, MAX_CHOICES
+from goaai.runtime.vocabulary import AwaitingKind, FinishReason, Multitask, RunStatus
 from runs_app.models import DECISION_CHOICES, Run, ToolCall, Turn
+from runs_app.selectors import run_queued_behind
 from sessions_app.models import RunEvent
 
 MAX_INPUT_LENGTH = 32_000
@@ -26,6 +29,16 @@ class AwaitingSerializer(serializers.Serializer):  # type: ignore[type-arg]
     kind = serializers.ChoiceField(choices=[kind.value for kind in AwaitingKind])
     tool_call = serializers.UUIDField(required=False)
     question = serializers.CharField(required=False)
+    choices = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="The answers a question offers to pick from (absent: answer in words). "
+        "Answer with `{choices: [...]}`, or in words with `{answer}`.",
+    )
+    multiple = serializers.BooleanField(
+        required=False,
+        help_text="With `choices`: whether any number of them may be picked (else one).",
+    )
     child_run = serializers.UUIDField(required=False)
 
 
@@ -45,6 +58,18 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         allow_null=True,
         help_text="The version of its agent the run executes (GET /agents/{id}/versions/).",
     )
+    multitask = serializers.ChoiceField(
+        choices=[("", ""), *((m.value, m.value) for m in Multitask)],
+        read_only=True,
+        help_text="What the message did because another run of the session was active "
+        "when it came: `enqueue` (it waited for that run to end) or `interrupt` (it "
+        "stopped that run first); empty when none was active.",
+    )
+    queued_behind = serializers.SerializerMethodField(
+        help_text="While the run waits for its turn (status `pending`): the active or "
+        "queued run of its session just before it, which must end first. Null once "
+        "its turn has come, and for every other run."
+    )
 
     class Meta:
         model = Run
@@ -61,9 +86,15 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "policy",
             "parent_run",
             "parent_tool_call",
+            "previous_run",
+            "retry_of",
+            "regenerates",
+            "edit_of",
             "usage",
             "error",
             "awaiting",
+            "multitask",
+            "queued_behind",
             "cancel_requested_at",
             "created_at",
             "started_at",
@@ -71,6 +102,16 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "duration_ms",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "previous_run": {
+                "help_text": "The run this one continues from: the conversation it sees "
+                "is that run's branch (null for a session's first run and for runs "
+                "called as tools)."
+            },
+            "retry_of": {"help_text": "The failed or stopped run this one asks again."},
+            "regenerates": {"help_text": "The run whose answer this one gives again."},
+            "edit_of": {"help_text": "The run whose message this one changes."},
+        }
 
     @extend_schema_field(RunUsageSerializer)
     def get_usage(self, run: Run) -> dict[str, Any]:
@@ -89,6 +130,17 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     @extend_schema_field(AwaitingSerializer(allow_null=True))
     def get_awaiting(self, run: Run) -> dict[str, Any] | None:
         return run.awaiting if run.status == "awaiting_input" else None
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_queued_behind(self, run: Run) -> UUID | None:
+        if run.status != RunStatus.PENDING or run.parent_run_id is not None:
+            return None
+        # Lists read it with the rows (selectors.with_queue); one run on its own
+        # reads it here.
+        if hasattr(run, "queued_behind_id"):
+            behind: UUID | None = run.queued_behind_id
+            return behind
+        return run_queued_behind(run_id=run.pk)
 
 
 class ToolCallSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -239,6 +291,17 @@ class RunCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
         help_text="String labels; label rules in settings tighten the run's policy by them.",
     )
     metadata = JSONObjectField(what="Metadata", required=False, default=dict)
+    multitask = serializers.ChoiceField(
+        choices=[m.value for m in Multitask],
+        required=False,
+        help_text="What this message does if another run of the session is still active "
+        "(pending, running or awaiting input); by default the agent's "
+        "`conversation.multitask`. `enqueue`: it waits, and starts (seeing that run's "
+        "answer) once the runs before it have ended; `reject`: it is refused with a 409 "
+        "`run_active` naming the active run; `interrupt`: the active run is stopped "
+        "(its partial answer kept), and any message queued before this one canceled, "
+        "then this one starts.",
+    )
 
     def validate_input(self, value: str) -> str:
         if not value.strip():
@@ -254,7 +317,8 @@ class RunCancelSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class RunRespondSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """An approval decision, or an answer to a question: send one or the other."""
+    """An approval decision, or an answer to a question (in words, or the choices
+    it offers): send one of them."""
 
     tool_call = serializers.UUIDField(
         required=False, allow_null=True, help_text="The tool call the decision is about."
@@ -262,14 +326,27 @@ class RunRespondSerializer(serializers.Serializer):  # type: ignore[type-arg]
     decision = serializers.ChoiceField(choices=["approve", "deny"], required=False)
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     answer = serializers.CharField(
-        max_length=MAX_INPUT_LENGTH, required=False, help_text="The answer to the question."
+        max_length=MAX_INPUT_LENGTH,
+        required=False,
+        help_text="The answer to the question, in words. Words that name one of the "
+        "question's choices (case aside) pick that choice.",
+    )
+    choices = serializers.ListField(
+        child=StrictCharField(max_length=MAX_CHOICE_LENGTH),
+        required=False,
+        allow_empty=False,
+        min_length=1,
+        max_length=MAX_CHOICES,
+        help_text="The choices picked, each exactly as the question offers it "
+        "(`awaiting.choices`): one, or any number when `awaiting.multiple` is true. A "
+        "choice it does not offer is a 400 naming it.",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        has_decision = "decision" in attrs
-        has_answer = "answer" in attrs
-        if has_decision == has_answer:
+        sent = [name for name in ("decision", "answer", "choices") if name in attrs]
+        if len(sent) != 1:
             raise serializers.ValidationError(
-                "Send either a decision (approve or deny) or an answer.", code="invalid"
+                "Send one of: a decision (approve or deny), an answer, or the choices picked.",
+                code="invalid",
             )
         return attrs

@@ -50,7 +50,7 @@ from runs_app.api.throttles import (
 from runs_app.api.unavailable import ServiceUnavailable
 from runs_app.export import session_document_stream
 from runs_app.models import Run, ToolCall, Turn
-from runs_app.selectors import run_for_idempotency_key, runs_with_steps
+from runs_app.selectors import run_for_idempotency_key, runs_with_steps, with_queue
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
@@ -145,7 +145,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
     def base_queryset(self) -> QuerySet[Run]:
         if getattr(self, "swagger_fake_view", False):  # building the OpenAPI schema
             return Run.objects.none()
-        return Run.objects.filter(session=self.session())
+        return with_queue(Run.objects.filter(session=self.session()))
 
     def get_throttles(self) -> list[Any]:
         if self.action == "create":
@@ -161,13 +161,25 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
     @extend_schema(
         summary="Start a run: post a message to the session",
         description="Creates a `pending` run of the session's agent and hands it to an "
-        "executor; follow it with GET /runs/{id}/ or the session's event stream.",
+        "executor; follow it with GET /runs/{id}/ or the session's event stream. A "
+        "session runs one message at a time: while another of its runs is active, "
+        "`multitask` (or the agent's `conversation.multitask`, `enqueue` by default) "
+        "decides. `enqueue`: the run is created `pending` with `queued_behind` naming "
+        "the run it waits for (a `run.queued` event), and starts once that run has "
+        "ended. `interrupt`: the active run is canceled (its partial answer kept as "
+        "its output) and the new run starts once it has stopped. `reject`: a 409 "
+        "`run_active` whose `active_run` is the active run's id; nothing is created.",
         parameters=[IDEMPOTENCY_KEY],
         request=RunCreateSerializer,
         examples=[
             OpenApiExample(
                 "A message",
                 value={"input": "remember my favourite colour is green"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Refused if a run is still answering",
+                value={"input": "and in Paris?", "multitask": "reject"},
                 request_only=True,
             ),
             OpenApiExample(
@@ -215,6 +227,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 created_by=request.user,
                 idempotency_key=key,
                 fingerprint=fingerprint,
+                multitask=data.get("multitask"),
             )
         except DuplicateIdempotencyKey:
             # Two requests with the same key raced; the other one created the run.
@@ -264,7 +277,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     ordering_fields = ["created_at"]
 
     def base_queryset(self) -> QuerySet[Run]:
-        runs = Run.objects.all()
+        runs = with_queue(Run.objects.all())
         return runs_with_steps(runs) if self.action == "retrieve" else runs
 
     def get_serializer_class(self) -> Any:
@@ -307,9 +320,14 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     @extend_schema(
         summary="Answer what a run awaits",
         description="For a run in `awaiting_input`: approve or deny the tool call it "
-        "waits on (`{tool_call, decision, reason?}`), or answer its question "
-        "(`{answer}`). The run continues in the background. An answer that no longer "
-        "fits (the run is not waiting, or waits for something else) is a 409.",
+        "waits on (`{tool_call, decision, reason?}`), or answer its question: in words "
+        "(`{answer}`), or, when it offers `choices`, with those picked (`{choices: "
+        "[...]}`: exactly one unless `multiple`). An answer in words that names a "
+        "choice picks it; other words are allowed too. The answer becomes the result "
+        "of the question's tool call. The run continues in the background. A choice the "
+        "question does not offer, or more than one where it takes one, is a 400 naming "
+        "it; an answer that no longer fits (the run is not waiting, or waits for "
+        "something else) is a 409.",
         request=RunRespondSerializer,
         responses={200: RunSerializer},
         examples=[
@@ -328,6 +346,16 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
                 request_only=True,
             ),
             OpenApiExample("Answer a question", value={"answer": "Paris"}, request_only=True),
+            OpenApiExample(
+                "Pick one of the choices it offers",
+                value={"choices": ["coffee"]},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Pick several (a question with multiple: true)",
+                value={"choices": ["tea", "water"]},
+                request_only=True,
+            ),
         ],
     )
     @action(detail=True, methods=["post"], filterset_class=None)
@@ -345,6 +373,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
             decision=data.get("decision", ""),
             reason=data["reason"],
             answer=data.get("answer"),
+            choices=data.get("choices"),
             user=request.user,
         )
         what = DECIDED.get(data.get("decision", ""), "Answered the question it asked")

@@ -7,16 +7,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
 from goaai.runtime import payloads
 from goaai.runtime.agents import AgentRegistry
+from goaai.runtime.context import run_messages
 from goaai.runtime.loop import memory_message
 from goaai.runtime.payloads import Event
 from goaai.runtime.policy import Decision, Policy
-from goaai.runtime.types import Message, ToolCallRequest, ToolOutcome, Usage
+from goaai.runtime.types import (
+    EarlierRun,
+    Message,
+    ToolCallRequest,
+    ToolCallState,
+    ToolOutcome,
+    TurnState,
+    Usage,
+)
 from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.seeding.log import SessionLog
@@ -42,6 +51,8 @@ class Conversation:
     memory: SessionMemory
     # Earlier answered runs, as the next run's model is sent them.
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The newest run: the one the next continues from.
+    last_run: UUID | None = None
 
 
 @dataclass
@@ -67,6 +78,21 @@ class _Run:
     awaiting: dict[str, Any] | None = None
     # Columns of the run's row that only some endings set.
     ending: dict[str, Any] = field(default_factory=dict)
+    # Its turns and their calls as recorded, for the runs after it to be shown.
+    turns: list[TurnState] = field(default_factory=list)
+    calls: dict[UUID, list[ToolCallState]] = field(default_factory=dict)
+
+    def recorded(self, status: str) -> EarlierRun:
+        """The run as the history of the runs after it shows it."""
+        return EarlierRun(
+            id=self.id,
+            input=self.question,
+            status=status,
+            error_message=str(self.ending.get("error_message", "")),
+            turns=tuple(
+                replace(turn, tool_calls=tuple(self.calls.get(turn.id, ()))) for turn in self.turns
+            ),
+        )
 
     def event(self, event: Event | None) -> None:
         if event is not None:
@@ -124,11 +150,12 @@ class RunWriter:
         if ending is not None:
             ending(run, len(shape.tool_turns))
         self._row(run, created_at, started_at)
-        if shape.status == RunStatus.COMPLETED:
-            conversation.history += [
-                Message(role="user", content=run.question).as_dict(),
-                Message(role="assistant", content=run.output).as_dict(),
-            ]
+        conversation.last_run = run.id
+        # The next run sees this one in full, as the loop shows it (context.py).
+        limit = self.registry.get(conversation.agent).conversation.tool_result_chars
+        conversation.history += [
+            message.as_dict() for message in run_messages(run.recorded(shape.status), limit)
+        ]
         return run.clock
 
     def _policy(self, agent: str, tier: str) -> tuple[dict[str, Any], list[Decision]]:
@@ -159,7 +186,15 @@ class RunWriter:
             run.say(memory_message(facts).as_dict())
         run.say(*conversation.history, Message(role="user", content=question).as_dict())
         labels = {"tier": shape.tier}
-        run.event(payloads.run_created(agent=agent, input=question, labels=labels, parent_run=None))
+        run.event(
+            payloads.run_created(
+                agent=agent,
+                input=question,
+                labels=labels,
+                parent_run=None,
+                previous_run=conversation.last_run,
+            )
+        )
         for decision in self._policy(agent, shape.tier)[1]:
             run.event(
                 payloads.policy_decision(
@@ -202,6 +237,19 @@ class RunWriter:
         )
         run.input_tokens += tokens_in
         run.output_tokens += tokens_out
+        finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+        run.turns.append(
+            TurnState(
+                id=turn.id,
+                index=turn.index,
+                request_messages=(),
+                ended=True,
+                response_text=text,
+                response_tool_calls=calls,
+                finish_reason=finish,
+                output_tokens=tokens_out,
+            )
+        )
         self._turns.add(
             id=turn.id,
             run_id=run.id,
@@ -282,6 +330,7 @@ class RunWriter:
         ended."""
         turn = self._begin_turn(run, index)
         run.clock += self.odds.thinking()
+        run.turns.append(TurnState(id=turn.id, index=index, request_messages=(), ended=False))
         self._turns.add(
             id=turn.id,
             run_id=run.id,
@@ -351,6 +400,20 @@ class RunWriter:
                 Writer(run_id=run.id, tool_call_id=call_uuid, at=run.clock),
             )
         status = ToolCallStatus.SUCCEEDED if outcome.ok else ToolCallStatus.FAILED
+        run.calls.setdefault(turn.id, []).append(
+            ToolCallState(
+                id=call_uuid,
+                index=position,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                status=status,
+                result=outcome.result,
+                error_kind=outcome.error_kind,
+                error_message=outcome.error_message,
+                attempt=1,
+            )
+        )
         run.event(
             payloads.tool_call_ended(
                 status=status,
@@ -414,6 +477,17 @@ class RunWriter:
             attempt=0,
             created_at=run.clock,
         )
+        run.calls.setdefault(turn.id, []).append(
+            ToolCallState(
+                id=call_uuid,
+                index=position,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                status=ToolCallStatus.SCHEDULED,
+                requires_approval=True,
+            )
+        )
         # What the run waits for, as the run store describes it.
         run.awaiting = {"kind": "approval", "tool_call": str(call_uuid)}
         run.event(payloads.run_awaiting_input(awaiting=run.awaiting))
@@ -434,6 +508,7 @@ class RunWriter:
             metadata={},
             policy=self._policy(conversation.agent, shape.tier)[0],
             created_by_id=conversation.owner_id,
+            previous_run_id=conversation.last_run,
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
             total_tokens=run.input_tokens + run.output_tokens,

@@ -131,7 +131,30 @@ def summary(row: EventRow) -> str:
 
 
 def _run_created(row: EventRow) -> str:
-    return f"{row.data.get('agent', '')}: {one_line(row.data.get('input', ''))}"
+    text = f"{row.data.get('agent', '')}: {one_line(row.data.get('input', ''))}"
+    for link, label in (
+        ("retry_of", "retry of"),
+        ("regenerates", "regenerates"),
+        ("edit_of", "edit of"),
+    ):
+        if row.data.get(link):
+            text += f" · {label} {str(row.data[link])[:8]}"
+    return text
+
+
+def _run_queued(row: EventRow) -> str:
+    behind = str(row.data.get("behind", ""))[:8]
+    how = "after interrupting it" if row.data.get("multitask") == "interrupt" else "queued"
+    return f"waits for run {behind} to end ({how}; {row.data.get('ahead', 1)} ahead)"
+
+
+def _history_summarized(row: EventRow) -> str:
+    data = row.data
+    runs = _count(data.get("runs_covered"))
+    return (
+        f"Earlier conversation summarised: {runs} run{'s' if runs != 1 else ''} · "
+        f"{data.get('model', '')} · {usage_line(data)}"
+    )
 
 
 def _run_started(row: EventRow) -> str:
@@ -227,6 +250,11 @@ def _tool_call_decided(row: EventRow) -> str:
     data = row.data
     who = row.decided_by or "unknown user"
     text = f"{data.get('name', '')} · {data.get('decision', '')} by {who}"
+    if data.get("chosen"):
+        # A question answered by picking choices: which, as offered.
+        return text + f" · chose {one_line(', '.join(map(str, data['chosen'])), 80)}"
+    if data.get("answer") is not None:
+        return text + f" · {one_line(str(data['answer']), 80)}"
     return text + (f" · {one_line(data['reason'], 80)}" if data.get("reason") else "")
 
 
@@ -246,7 +274,9 @@ def _tool_call_canceled(row: EventRow) -> str:
 def _awaiting_input(row: EventRow) -> str:
     what = str(row.data.get("kind", ""))
     if row.data.get("question"):
-        return f"{what}: {one_line(row.data['question'], 80)}"
+        offered = row.data.get("choices") or []
+        choices = f" ({one_line(' / '.join(map(str, offered)), 60)})" if offered else ""
+        return f"{what}: {one_line(row.data['question'], 80)}{choices}"
     return what
 
 
@@ -295,6 +325,8 @@ def _data(row: EventRow) -> str:
 
 _SUMMARIES: dict[str, Callable[[EventRow], str]] = {
     EventType.RUN_CREATED: _run_created,
+    EventType.RUN_QUEUED: _run_queued,
+    EventType.HISTORY_SUMMARIZED: _history_summarized,
     EventType.RUN_STARTED: _run_started,
     EventType.TURN_STARTED: _turn,
     EventType.TURN_COMPLETED: _turn,

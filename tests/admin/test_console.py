@@ -11,11 +11,13 @@ import pytest
 from django.urls import reverse
 
 from goaai.admin_base import BoundedCountPaginator
+from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import RunStatus, SessionStatus
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_store
 from runs_app.export import session_document
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
+from runs_app.services import history_summary_record, session_fork
 from sessions_app.models import ApiToken, RunEvent, Session
 from sessions_app.services import api_token_create, session_create
 from tests.factories import RunFactory, SessionFactory, ToolCallFactory, UserFactory
@@ -45,10 +47,32 @@ def _rows(count: int, owner) -> None:
         call = ToolCallFactory(turn__run__session=session, name="calculator")
         memory_store(key=f"k{index}", value=index, scope="session", session_id=session.id)
         assert call.run.session_id == session.id
+        history_summary_record(
+            run_id=call.run_id,
+            through_run_id=call.run_id,
+            previous_id=None,
+            runs_covered=1,
+            text=f"summary {index}",
+            model="scripted",
+            usage=Usage(10, 2),
+            latency_ms=3,
+        )
+        session_fork(source_run_id=call.run_id, owner_id=owner.pk)
     api_token_create(user_id=owner.pk, name=f"t{count}")
 
 
-CHANGELISTS = [Session, Run, Turn, ToolCall, RunEvent, MemoryEntry, MemoryRevision, ApiToken]
+CHANGELISTS = [
+    Session,
+    Run,
+    Turn,
+    ToolCall,
+    RunEvent,
+    MemoryEntry,
+    MemoryRevision,
+    ApiToken,
+    HistorySummary,
+    SessionFork,
+]
 
 
 @pytest.mark.parametrize("model", CHANGELISTS, ids=lambda m: m.__name__)

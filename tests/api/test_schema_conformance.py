@@ -114,6 +114,10 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
     rt.run("assistant", "calculate 2+3", session=kept.id)
     question = rt.run("assistant", "ask me for my name", session=kept.id)
     approval = rt.run("assistant", "forget everything", session=second.id)
+    choices = rt.create_session(owner=owner, title="choices")
+    choosing = rt.run(
+        "assistant", "ask me to choose between tea, coffee or water", session=choices.id
+    )
     to_cancel = rt.run("assistant", "ask me for my name", session=doomed.id)
     rt.run("assistant", "echo hi", session=ending.id)
     bobs_run = rt.run("assistant", "calculate 1+1", session=bobs.id)
@@ -137,7 +141,11 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
     world.add("session:end", ending.id, bobs.id)
     world.add("run", *Run.objects.values_list("id", flat=True))
     world.add("run:cancel", to_cancel.id, done.id, bobs_run.id)
-    world.add("run:respond", question.id, approval.id, done.id, bobs_run.id)
+    # A run stopped before it answered, which a retry asks again.
+    stopped = rt.start("assistant", "echo stopped", session=ending.id)
+    Run.objects.filter(pk=stopped.run_id).update(status=RunStatus.CANCELED)
+    world.add("run:retry", stopped.run_id, done.id, bobs_run.id)
+    world.add("run:respond", question.id, approval.id, done.id, bobs_run.id, choosing.id)
     world.add("turn", *Turn.objects.values_list("id", flat=True))
     world.add("tool_call", *ToolCall.objects.values_list("id", flat=True))
     world.add("tool_call:respond", waiting_call.id)
@@ -162,8 +170,11 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
         "PATCH /sessions/{id}/": [{"title": "renamed"}, {"metadata": {"project": "gemini"}}],
         "POST /sessions/{session_id}/runs/": [{"input": prompt} for prompt in PROMPTS]
         + [{"input": "echo hi", "labels": {"tier": "free"}, "metadata": {"ticket": 7}}],
+        "POST /runs/{id}/edit/": [{"input": prompt} for prompt in PROMPTS],
         "POST /runs/{id}/respond/": [
             {"answer": "Ada"},
+            {"choices": ["coffee"]},
+            {"choices": ["tea", "water"]},
             {"tool_call": str(waiting_call.id), "decision": "approve"},
             {"tool_call": str(waiting_call.id), "decision": "deny", "reason": "not now"},
         ],
@@ -211,7 +222,7 @@ def _pool_for_path(world: World, method: str, path: str, name: str) -> list[Any]
     action = path.rstrip("/").rsplit("/", 1)[-1]
     if method == "DELETE":
         return world.pools[f"{kind}:delete"]
-    if action in ("end", "cancel", "respond"):
+    if action in ("end", "cancel", "respond", "retry"):
         return world.pools[f"{kind}:{action}"]
     return world.pools[kind]
 

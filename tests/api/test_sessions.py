@@ -632,9 +632,10 @@ def test_export_query_count_does_not_grow_with_runs(api, owner, runs, django_ass
         MemoryEntryFactory(session=session)
     api.get(SESSIONS)  # the token's first use of the minute is noted with a write
 
-    # Token, session, then one query each for runs, turns, tool calls, events, memory
-    # (read while the document is written out).
-    with django_assert_num_queries(7):
+    # Token, session, where it was forked from, then one query each for runs, turns,
+    # tool calls, events, memory and history summaries (read while the document is
+    # written out).
+    with django_assert_num_queries(9):
         document = _document(api.get(_url(session, "export/")))
 
     assert (len(document["runs"]), len(document["turns"])) == (runs, 2 * runs)

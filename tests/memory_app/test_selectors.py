@@ -166,11 +166,12 @@ def test_a_run_starts_with_the_value_it_would_read_for_each_live_key(session, ow
         expires_at=timezone.now() - dt.timedelta(seconds=1),
     )
 
-    facts = memory_context(session_id=session.id)
+    facts = memory_context(session_id=session.id, query="hello", budget=1000)
 
     # The session's value hides the global one of the same key; expired entries and
-    # other sessions' or agents' entries are not shown.
-    assert facts == [("session", KEY, "session"), ("agent", "motto", "brief")]
+    # other sessions' or agents' entries are not shown. A message that matches
+    # nothing is told the most recently updated facts first.
+    assert facts == (("agent", "motto", "brief"), ("session", KEY, "session"))
 
 
 def test_resolving_for_a_deleted_session_is_not_found(session, owner):
@@ -207,7 +208,7 @@ def test_the_facts_a_run_starts_with_show_only_the_value_it_would_read():
     memory_store(key="colour", value="red", scope="session", session_id=session.id)
     memory_store(key="pet", value="cat", scope="user", user_id=session.owner_id)
 
-    facts = memory_context(session_id=session.id)
+    facts = memory_context(session_id=session.id, query="which colour?", budget=1000)
 
-    assert facts == [("session", "colour", "red"), ("user", "pet", "cat")]
+    assert facts == (("session", "colour", "red"), ("user", "pet", "cat"))
     assert memory_resolve_record(key="colour", session_id=session.id).value == "red"

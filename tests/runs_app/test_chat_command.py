@@ -13,6 +13,7 @@ and then closes it.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -24,7 +25,9 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError, connections
 
 from goaai.runtime import rt
-from goaai.runtime.vocabulary import RunStatus, ToolCallStatus
+from goaai.runtime.agents import ASSISTANT, AgentRegistry
+from goaai.runtime.conversation import ConversationSettings
+from goaai.runtime.vocabulary import Multitask, RunStatus, ToolCallStatus
 from memory_app.models import MemoryEntry
 from runs_app.management.commands import chat as chat_command
 from runs_app.models import Run, ToolCall
@@ -330,3 +333,24 @@ def test_each_message_gives_its_database_connection_back(inline_runtime, owner, 
         waiter.join(timeout=10)
     assert len(waiters) == 2
     assert [w.left_open for w in waiters] == [False, False]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_refused_while_another_run_is_active_is_not_sent(inline_runtime, owner):
+    strict = dataclasses.replace(
+        ASSISTANT, id="strict", conversation=ConversationSettings(multitask=Multitask.REJECT)
+    )
+    rt.configure(agents=AgentRegistry([ASSISTANT, strict]))
+    session = rt.create_session(owner=owner, agent="strict")
+    # A run started elsewhere (the web chat) waits for the user's answer there.
+    waiting = rt.start("strict", "ask me for my name", session=session.id)
+    assert rt.get_run(waiting.run_id).status == RunStatus.AWAITING_INPUT
+    out, err = io.StringIO(), io.StringIO()
+
+    call_command(
+        "chat", "--session", str(session.id), "--message", "echo hi", stdout=out, stderr=err
+    )
+
+    assert f"Not sent: Run {waiting.run_id}" in err.getvalue()
+    assert "one message at a time" in err.getvalue()
+    assert Run.objects.filter(session_id=session.id).count() == 1

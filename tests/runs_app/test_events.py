@@ -4,6 +4,7 @@ even when transactions roll back or many writers append at once."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -201,7 +202,9 @@ def test_concurrent_runs_in_one_session_do_not_deadlock_and_number_contiguously(
     def work(i: int) -> None:
         for n in range(runs_per_thread):
             run = services.run_create(session_id=session.id, agent="assistant", input=f"{i}/{n}")
-            services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
+            # A session executes one run at a time: each waits for the runs before it.
+            while services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60) is None:
+                time.sleep(0.002)
             _append(other, i)
             services.run_complete(run_id=run.id, output=f"done {i}/{n}")
 
@@ -210,14 +213,17 @@ def test_concurrent_runs_in_one_session_do_not_deadlock_and_number_contiguously(
     assert errors == []
     runs = THREADS * runs_per_thread
     assert Run.objects.filter(session=session, status="completed").count() == runs
-    assert _seqs(session) == list(range(1, 3 * runs + 1))
+    queued = RunEvent.objects.filter(session=session, type=EventType.RUN_QUEUED).count()
+    assert _seqs(session) == list(range(1, 3 * runs + queued + 1))
     assert _seqs(other) == list(range(1, runs + 1))
     session.refresh_from_db()
-    assert session.last_event_seq == 3 * runs
+    assert session.last_event_seq == 3 * runs + queued
     # Each run's own events are in the order its writer made them.
     for run in Run.objects.filter(session=session):
-        assert list(run.events.order_by("seq").values_list("type", flat=True)) == [
+        types = list(run.events.order_by("seq").values_list("type", flat=True))
+        assert [t for t in types if t != EventType.RUN_QUEUED] == [
             EventType.RUN_CREATED,
             EventType.RUN_STARTED,
             EventType.RUN_COMPLETED,
         ]
+        assert types.count(EventType.RUN_QUEUED) <= 1

@@ -227,10 +227,12 @@ def test_a_seeded_runs_page_renders(client, staff):
 
 
 class _UnavailableAfterTools(ScriptedModel):
-    """The scripted model, whose provider fails once its tools have answered."""
+    """The scripted model, whose provider fails once its tools have answered (in
+    this run: the earlier runs the history shows have tool results of their own)."""
 
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
-        if any(message.role == "tool" for message in request.messages):
+        question = max(i for i, m in enumerate(request.messages) if m.role == "user")
+        if any(message.role == "tool" for message in request.messages[question:]):
             raise ModelError(
                 ErrorKind.UNAVAILABLE, "The model provider is unavailable (503).", retryable=True
             )
@@ -357,11 +359,18 @@ def _recorded(run: Run) -> Recorded:
         outcome=(run.status, run.error_retryable, *calls),
         types=types,
         keys=keys,
-        messages=[
-            [_message_shape(message) for message in turn.request_messages]
-            for turn in run.turns.order_by("index")
-        ],
+        messages=[_request_shape(turn.request_messages) for turn in run.turns.order_by("index")],
     )
+
+
+def _request_shape(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The run's own messages in full shape; the earlier runs before its question by
+    role only (how their calls went is chance, in seeded runs as in real ones)."""
+    question = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=0)
+    return [
+        (m["role"], bool(m.get("tool_calls"))) if i < question else _message_shape(m)
+        for i, m in enumerate(messages)
+    ]
 
 
 def _session_keys(session_id: Any) -> dict[str, set[str]]:

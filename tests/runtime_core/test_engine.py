@@ -225,11 +225,14 @@ def test_the_concierge_hands_the_request_to_the_assistant_as_a_child_run(engine)
         < seq[(kid, E.RUN_COMPLETED)]
         < seq[(parent, E.TOOL_CALL_SUCCEEDED)]
     )
-    # The parent continues the session's conversation; its child starts afresh.
+    # The parent continues the session's conversation (the earlier run in full: its
+    # clock call and result, then its answer); its child starts afresh.
     parent_turn, child_turn = (engine.store.turns(run)[0] for run in (info.id, child.id))
     assert [m.role for m in parent_turn.request_messages] == [
         "system",
         "user",
+        "assistant",
+        "tool",
         "assistant",
         "user",
     ]
@@ -457,7 +460,8 @@ def test_a_cancel_while_the_model_streams_stops_the_answer_and_keeps_what_was_sa
     run = engine.create("assistant", "tell me a story")
     info = engine.loop(publish=publish).execute(run.id)
 
-    assert (info.status, info.output) == (RunStatus.CANCELED, "")
+    # The run's record keeps the words said as its output too.
+    assert (info.status, info.output) == (RunStatus.CANCELED, "".join(words))
     (turn,) = engine.store.turns(run.id)
     assert turn.response_text == "".join(words)
     assert 5 <= len(words) < 20, "the answer went on after the cancel"

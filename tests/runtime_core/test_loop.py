@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from goaai.runtime.agents import Agent, AgentRegistry
+from goaai.runtime.conversation import ConversationSettings
 from goaai.runtime.errors import ModelError
 from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import TurnLoop
@@ -84,6 +85,7 @@ class Harness:
         toolsets: tuple[str, ...] = ("calculator", "text"),
         clock: Callable[[], float] | None = None,
         model_settings: ModelSettings | None = None,
+        conversation: ConversationSettings | None = None,
     ) -> TurnLoop:
         agent = Agent(
             id="tester",
@@ -92,6 +94,7 @@ class Harness:
             system_prompt="Be brief.",
             toolsets=toolsets,
             model_settings=model_settings or ModelSettings(),
+            conversation=conversation or ConversationSettings(),
         )
 
         def publish(context: RunContext, turn_id: uuid.UUID, text: str) -> None:
@@ -204,7 +207,12 @@ def test_the_model_sees_the_sessions_earlier_runs_before_the_new_message(tester)
         ("assistant", "Got it."),
         ("user", "what is my colour?"),
     ]
-    assert {spec.name for spec in model.requests[0].tools} == {"calculator", "echo"}
+    # Besides its toolsets' tools, every agent can read on in a truncated result.
+    assert {spec.name for spec in model.requests[0].tools} == {
+        "calculator",
+        "echo",
+        "read_tool_result",
+    }
 
 
 def test_the_model_is_told_what_the_agent_remembers_for_the_session(tester):
@@ -218,12 +226,13 @@ def test_the_model_is_told_what_the_agent_remembers_for_the_session(tester):
 
     prompt, remembered = model.requests[0].messages[:2]
     # The agent's prompt first, the same in every run (what a prompt cache keys on);
-    # what it remembers for this session apart, after it.
+    # what it remembers for this session apart, after it (the input matches neither
+    # fact: the newest first).
     assert (prompt.role, prompt.content) == ("system", "Be brief.")
     assert remembered.role == "system"
     assert remembered.content == (
         "What you remember that applies here:\n"
-        "- favourite colour: green (session)\n- name: Ada (user)"
+        "- name: Ada (user)\n- favourite colour: green (session)"
     )
 
 
@@ -414,7 +423,7 @@ def test_an_unknown_tool_gives_the_model_an_invalid_call_to_correct(tester):
 
     assert (info.status, info.output) == (RunStatus.COMPLETED, "Sorry, no weather here.")
     (tool_call,) = tester.calls(run_id)
-    expected = "There is no tool named 'weather'; available: calculator, echo."
+    expected = "There is no tool named 'weather'; available: calculator, echo, read_tool_result."
     assert (tool_call.status, tool_call.error_kind, tool_call.error_message) == (
         ToolCallStatus.FAILED,
         ErrorKind.INVALID_CALL,
@@ -455,7 +464,7 @@ def test_a_blocked_tool_is_not_offered_and_calling_it_is_an_invalid_call(tester)
     model = FakeModel(script)
     tester.loop(model).execute(run_id)
 
-    assert {spec.name for spec in model.requests[0].tools} == {"calculator"}
+    assert {spec.name for spec in model.requests[0].tools} == {"calculator", "read_tool_result"}
     assert tester.calls(run_id)[0].error_kind == ErrorKind.INVALID_CALL
 
 

@@ -206,6 +206,11 @@ def test_run_create_in_an_active_session_records_a_pending_run(owner):
                 "input": "hello",
                 "labels": {"tier": "free"},
                 "parent_run": None,
+                # The session's first run: it continues from nothing, redoes nothing.
+                "previous_run": None,
+                "retry_of": None,
+                "regenerates": None,
+                "edit_of": None,
             },
         )
     ]

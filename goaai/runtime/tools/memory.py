@@ -64,6 +64,28 @@ def memory_recall(key: Key, context: ToolContext) -> dict[str, Any]:
     return {"key": record.key, "found": True, "value": record.value, "scope": record.scope}
 
 
+@tool(name="memory_search", idempotent=True)
+def memory_search(
+    query: Annotated[
+        str,
+        Field(
+            description="What to look for, in your own words: 'dog', 'where the user lives'.",
+            min_length=1,
+            max_length=1_000,
+        ),
+    ],
+    context: ToolContext,
+    limit: Annotated[int, Field(description="How many facts at most.", ge=1, le=20)] = 5,
+) -> dict[str, Any]:
+    """Search what is remembered (this session, the user, the agent, everyone) for
+    facts about something, best match first: for when the exact key is not known."""
+    found = context.store.search_memory(session_id=context.session_id, query=query, limit=limit)
+    return {
+        "query": query,
+        "facts": [{"key": key, "value": value, "scope": scope} for scope, key, value in found],
+    }
+
+
 @tool(name="memory_forget")
 def memory_forget(
     key: Key, context: ToolContext, scope: WritableScope = "session"

@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from goaai.runtime import GoaaiError, rt
+from goaai.runtime.errors import RunActive
 from goaai.runtime.vocabulary import EventType, RunStatus
 from runs_app.models import Run, ToolCall
 from sessions_app.eventlog import events_after
@@ -79,6 +80,11 @@ class Command(BaseCommand):
         after = Session.objects.get(pk=session.pk).last_event_seq
         try:
             handle = rt.start(session.agent, message, session=session.id)
+        except RunActive as exc:
+            # The agent takes one message at a time and one is at work: the user
+            # may send this again once it has ended.
+            self.stderr.write(f"Not sent: {exc}")
+            return
         except GoaaiError as exc:
             raise CommandError(str(exc)) from exc
         done = threading.Event()
@@ -128,6 +134,11 @@ class Command(BaseCommand):
                     f"  <- {data.get('name')} failed ({error.get('kind')}): {error.get('message')}"
                 )
             )
+        elif event.type == EventType.RUN_QUEUED:
+            # Another run of the session (from the web chat, say) is still at work.
+            out.write(
+                self.style.WARNING(f"  (queued: starts when run {data.get('behind')} has ended)")
+            )
         elif event.type == EventType.POLICY_DECISION:
             out.write(self.style.WARNING(f"  policy {data.get('rule')}: {data.get('reason')}"))
         elif event.type == EventType.RUN_COMPLETED:
@@ -142,7 +153,10 @@ class Command(BaseCommand):
         awaiting = Run.objects.get(pk=run_id).awaiting or {}
         try:
             if awaiting.get("kind") == "question":
-                reply = input(f"{awaiting.get('question')} > ")
+                # Typing one of the choices picks it; anything else is an answer of its own.
+                choices = awaiting.get("choices") or []
+                offered = f" [{' / '.join(choices)}]" if choices else ""
+                reply = input(f"{awaiting.get('question')}{offered} > ")
                 rt.respond(run_id, answer=reply)
             else:
                 call = ToolCall.objects.get(pk=str(awaiting.get("tool_call")))

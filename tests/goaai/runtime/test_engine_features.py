@@ -380,7 +380,9 @@ class _Recorder:
 @pytest.mark.django_db(transaction=True)
 def test_reap_hands_exactly_the_runs_without_a_live_worker_to_the_executor(engine, session):
     lost = _dead_worker_recorded(session.id, "note", [("note", "running")])
-    held = _dead_worker_recorded(session.id, "note", [("note", "running")])
+    # In a session of its own: a session executes one run at a time.
+    elsewhere = rt.create_session(owner=session.owner_id, agent="assistant")
+    held = _dead_worker_recorded(elsewhere.id, "note", [("note", "running")])
     _lose_the_worker(lost)
     recorder = _Recorder()
     rt.configure(executor=recorder)

@@ -24,9 +24,11 @@ from goaai.runtime.agents import ASSISTANT, AgentRegistry
 from goaai.runtime.errors import (
     DuplicateIdempotencyKey,
     IllegalTransition,
+    InvalidAnswer,
     InvalidMemoryScope,
     MemoryConflict,
     NotFound,
+    RunActive,
     SessionEnded,
 )
 from goaai.runtime.inmemory_store import InMemoryRunStore
@@ -36,6 +38,7 @@ from goaai.runtime.policy import Decision
 from goaai.runtime.pricing import Price, cost_of
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import (
+    Branch,
     Message,
     ModelReply,
     RunContext,
@@ -299,12 +302,13 @@ def test_reading_an_unknown_session_is_not_found(h):
 
 def test_ending_a_session_stops_its_runs_and_refuses_new_ones(h):
     session = h.session()
-    pending = h.run(session)
-    working = h.claimed(session)
-    waiting_run, waiting_call = h.waiting()
-    waiting_session = h.store.get_session(waiting_run.session_id)
     done = h.claimed(session)
     h.store.finish_run(run_id=done.id, status=RunStatus.COMPLETED, output="ok")
+    working = h.claimed(session)
+    # Queued behind the working one: a session runs one message at a time.
+    pending = h.run(session)
+    waiting_run, waiting_call = h.waiting()
+    waiting_session = h.store.get_session(waiting_run.session_id)
     before = len(h.events(session.id))
 
     ended = h.store.end_session(session.id)
@@ -380,6 +384,11 @@ def test_a_new_run_is_pending_and_announced_with_its_policy_decisions(h):
         "input": "hello",
         "labels": {"tier": "free"},
         "parent_run": None,
+        # The session's first run: it continues from nothing, and redoes nothing.
+        "previous_run": None,
+        "retry_of": None,
+        "regenerates": None,
+        "edit_of": None,
     }
     assert (decided["type"], decided["run"]) == (E.POLICY_DECISION, str(run.id))
     assert decided["data"] == {
@@ -576,12 +585,131 @@ def test_an_answer_is_the_result_of_the_question(h):
         "tool_call": str(call),
         "name": "ask_user",
         "decision": "answered",
+        "answer": "Ada",
         "decided_by": None,
         "decided_by_name": None,
     }
     assert set(succeeded["data"]) == {"tool_call", "name", "duration_ms", "result"}
     assert succeeded["data"]["result"] == {"answer": "Ada"}
     assert resumed["data"]["answered"] == "question"
+
+
+def _choice_question(h: Harness, *, multiple: bool) -> tuple[RunInfo, UUID]:
+    """A run that waits on a question offering tea, coffee and water."""
+    run = h.claimed()
+    call = h.store.schedule_tool_call(
+        turn_id=h.turn(run.id), index=0, request=_call_request("ask_user"), requires_approval=False
+    )
+    h.store.await_input(
+        run_id=run.id,
+        kind="question",
+        tool_call_id=call,
+        question="Which?",
+        choices=("tea", "coffee", "water"),
+        multiple=multiple,
+    )
+    return h.store.get_run(run.id), call
+
+
+def test_a_question_with_choices_says_so_while_the_run_waits(h):
+    run, call = _choice_question(h, multiple=True)
+
+    assert h.last(run.session_id, E.RUN_AWAITING_INPUT) == {
+        "kind": "question",
+        "tool_call": str(call),
+        "question": "Which?",
+        "choices": ["tea", "coffee", "water"],
+        "multiple": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("multiple", "answer", "choices", "result"),
+    [
+        (False, None, ["coffee"], {"answer": "coffee", "chosen": ["coffee"]}),
+        (True, None, ["water", "tea"], {"answer": "tea, water", "chosen": ["tea", "water"]}),
+        (False, "  Coffee ", None, {"answer": "coffee", "chosen": ["coffee"]}),
+        (False, "milk, please", None, {"answer": "milk, please"}),
+    ],
+    ids=["one choice", "several, in the order offered", "words naming a choice", "own words"],
+)
+def test_a_choice_answer_is_the_result_of_the_question_and_in_its_decision(
+    h, multiple, answer, choices, result
+):
+    run, call = _choice_question(h, multiple=multiple)
+
+    h.store.respond(
+        run.id,
+        tool_call_id=call,
+        decision="",
+        reason="",
+        answer=answer,
+        choices=choices,
+        decided_by_id=h.alice,
+    )
+
+    state = h.call_state(run.id, call)
+    assert (state.status, state.result, state.decision) == (
+        ToolCallStatus.SUCCEEDED,
+        result,
+        "answered",
+    )
+    decided = h.last(run.session_id, E.TOOL_CALL_DECIDED)
+    assert {key: decided[key] for key in result} == result
+    assert decided["decided_by_name"] == "alice"
+    assert h.store.get_run(run.id).status == RunStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("multiple", "answer", "choices", "named"),
+    [
+        (False, None, ["milk"], "'milk' is not one of the choices"),
+        (False, None, ["tea", "water"], "exactly one"),
+        (True, None, ["tea", "tea"], "'tea' is picked twice"),
+        (True, None, [], "at least one"),
+        (True, None, ["Tea"], "'Tea' is not one of the choices"),
+        (False, "tea", ["tea"], "not both"),
+        (False, " ", None, "empty"),
+    ],
+    ids=["not offered", "two of one", "twice", "none", "not as offered", "both", "blank"],
+)
+def test_a_choice_answer_the_question_does_not_accept_changes_nothing(
+    h, multiple, answer, choices, named
+):
+    run, call = _choice_question(h, multiple=multiple)
+    logged = h.events(run.session_id)
+
+    with pytest.raises(InvalidAnswer, match=named):
+        h.store.respond(
+            run.id,
+            tool_call_id=call,
+            decision="",
+            reason="",
+            answer=answer,
+            choices=choices,
+            decided_by_id=h.alice,
+        )
+
+    assert h.store.get_run(run.id).status == RunStatus.AWAITING_INPUT
+    assert h.call_state(run.id, call).decision == ""
+    assert h.events(run.session_id) == logged
+
+
+def test_choices_for_a_question_that_offers_none_are_refused(h):
+    run, call = h.waiting("question")
+
+    with pytest.raises(InvalidAnswer, match="offers no choices"):
+        h.store.respond(
+            run.id,
+            tool_call_id=call,
+            decision="",
+            reason="",
+            answer=None,
+            choices=["Ada"],
+            decided_by_id=None,
+        )
+
+    assert h.store.get_run(run.id).status == RunStatus.AWAITING_INPUT
 
 
 @pytest.mark.parametrize(
@@ -728,29 +856,133 @@ def test_claiming_an_unknown_run_is_not_found(h):
         h.store.claim_run(uuid4(), owner="w1", lease_seconds=LEASE)
 
 
-def test_a_run_starts_from_the_answered_runs_before_it(h):
+def _answered(h: Harness, session: SessionInfo, prompt: str, answer: str) -> RunInfo:
+    """A run that called echo once and answered, as the loop records one."""
+    run = h.claimed(session, prompt)
+    turn = h.turn(run.id)
+    request = ToolCallRequest(id="c1", name="echo", arguments={"text": prompt})
+    h.store.complete_turn(
+        turn_id=turn,
+        reply=ModelReply(tool_calls=(request,), usage=Usage(5, 7)),
+        latency_ms=1,
+    )
+    call = h.store.start_tool_call(turn_id=turn, index=0, request=request)
+    h.store.finish_tool_call(tool_call_id=call, outcome=ToolOutcome(result={"text": prompt}))
+    last = h.turn(run.id, index=1)
+    h.store.complete_turn(
+        turn_id=last, reply=ModelReply(text=answer, usage=Usage(9, 3)), latency_ms=1
+    )
+    return h.store.finish_run(run_id=run.id, status=RunStatus.COMPLETED, output=answer)
+
+
+def test_a_run_starts_from_the_runs_before_it_on_its_branch_in_full(h):
     session = h.session()
-    first = h.claimed(session, "remember my colour is red")
-    h.store.finish_run(run_id=first.id, status=RunStatus.COMPLETED, output="Got it.")
+    first = _answered(h, session, "remember my colour is red", "Got it.")
     failed = h.claimed(session, "this one failed")
     h.store.finish_run(run_id=failed.id, status=RunStatus.FAILED)
-    second = h.claimed(session, "and my pet is a cat")
-    h.store.finish_run(run_id=second.id, status=RunStatus.COMPLETED, output="Noted.")
+    second = _answered(h, session, "and my pet is a cat", "Noted.")
     run = h.run(session, "what is my colour?")
-    later = h.claimed(session, "a later run")
-    h.store.finish_run(run_id=later.id, status=RunStatus.COMPLETED, output="Later.")
+    # Created after it: it continues from this run, and is not part of its history.
+    later = h.run(session, "a later run")
 
     context = h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE)
 
-    assert context.history == (
-        Message(role="user", content="remember my colour is red"),
-        Message(role="assistant", content="Got it."),
-        Message(role="user", content="and my pet is a cat"),
-        Message(role="assistant", content="Noted."),
+    assert (run.previous_run_id, later.previous_run_id) == (second.id, run.id)
+    assert [(r.id, r.input, r.status) for r in context.history] == [
+        (first.id, "remember my colour is red", RunStatus.COMPLETED),
+        (failed.id, "this one failed", RunStatus.FAILED),
+        (second.id, "and my pet is a cat", RunStatus.COMPLETED),
+    ]
+    calling, answering = context.history[0].turns
+    assert [c.name for c in calling.response_tool_calls] == ["echo"]
+    assert calling.tool_calls[0].result == {"text": "remember my colour is red"}
+    assert (answering.response_text, answering.output_tokens) == ("Got it.", 3)
+    assert (context.summary, context.history_cut) == (None, False)
+
+
+def test_a_summary_stands_for_the_branch_up_to_the_run_it_covers(h):
+    session = h.session()
+    first = _answered(h, session, "one", "1")
+    second = _answered(h, session, "two", "2")
+    writer = _answered(h, session, "three", "3")
+    summary_id = h.store.record_summary(
+        run_id=writer.id,
+        through_run_id=second.id,
+        previous_id=None,
+        runs_covered=2,
+        text="The user counted to two.",
+        model="scripted",
+        reply=ModelReply(text="The user counted to two.", usage=Usage(40, 6)),
+        latency_ms=2,
+    )
+    run = h.run(session, "four")
+
+    context = h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE)
+
+    assert context.summary is not None
+    assert (context.summary.id, context.summary.text, context.summary.runs_covered) == (
+        summary_id,
+        "The user counted to two.",
+        2,
+    )
+    assert [r.id for r in context.history] == [writer.id]
+    event = h.last(session.id, E.HISTORY_SUMMARIZED)
+    assert (event["through_run"], event["runs_covered"], event["input_tokens"]) == (
+        str(second.id),
+        2,
+        40,
+    )
+    # The run that wrote it pays for it.
+    assert h.store.get_run(writer.id).usage.input_tokens == 5 + 9 + 40
+    assert first.id not in {r.id for r in context.history}
+
+
+def test_a_redo_continues_from_the_point_before_the_run_it_redoes(h):
+    session = h.session()
+    first = _answered(h, session, "one", "1")
+    second = _answered(h, session, "two", "2")
+    edited = h.run(
+        session,
+        "two, edited",
+        branch=Branch(previous_run_id=second.previous_run_id, edit_of_id=second.id),
     )
 
+    context = h.store.claim_run(edited.id, owner="w1", lease_seconds=LEASE)
 
-def test_a_run_starts_with_what_is_remembered_for_its_session_most_specific_first(h):
+    assert (edited.previous_run_id, edited.edit_of_id) == (first.id, second.id)
+    assert [r.id for r in context.history] == [first.id]
+    assert h.last(session.id, E.RUN_CREATED)["edit_of"] == str(second.id)
+    # The session goes on from the newest run: the edited one.
+    assert h.run(session, "three").previous_run_id == edited.id
+
+
+def test_a_fork_starts_a_session_whose_history_is_the_branch_up_to_its_run(h):
+    session = h.session()
+    first = _answered(h, session, "one", "1")
+    _answered(h, session, "two", "2")
+
+    fork = h.store.fork_session(source_run_id=first.id, owner_id=h.alice, title="")
+    run = h.run(fork, "in the fork")
+    context = h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE)
+
+    assert (fork.title, fork.agent, fork.owner_id) == ("A chat (fork)", "assistant", h.alice)
+    assert run.previous_run_id == first.id
+    assert [r.id for r in context.history] == [first.id]
+
+
+def test_a_finished_tool_calls_result_is_read_back_by_its_owner_only(h):
+    session = h.session()
+    run = _answered(h, session, "echo me", "done")
+    (call,) = [c for t in h.turns(run.id) for c in t.tool_calls]
+
+    assert h.store.tool_result(tool_call_id=call.id, owner_id=h.alice) == ToolOutcome(
+        result={"text": "echo me"}
+    )
+    assert h.store.tool_result(tool_call_id=call.id, owner_id=h.bob) is None
+    assert h.store.tool_result(tool_call_id=uuid4(), owner_id=h.alice) is None
+
+
+def test_a_run_whose_input_matches_nothing_starts_with_its_newest_facts(h):
     session = h.session()
     other = h.session(owner=h.bob, agent="concierge")
     h.store.store_memory(key="colour", value="blue", scope="global")
@@ -771,16 +1003,18 @@ def test_a_run_starts_with_what_is_remembered_for_its_session_most_specific_firs
         lease_seconds=LEASE,
     )
 
+    # Each key once, as resolution reads it (a more specific scope hides the same
+    # key further out), the most recently updated first.
     assert context.memory == (
+        ("global", "motto", "be kind"),
+        ("agent", "tea", "green"),
         ("session", "colour", "teal"),
         ("user", "pet", "cat"),
-        ("agent", "tea", "green"),
-        ("global", "motto", "be kind"),
     )
     assert elsewhere.memory == (
         ("session", "pet", "dog"),
-        ("global", "colour", "blue"),
         ("global", "motto", "be kind"),
+        ("global", "colour", "blue"),
     )
 
 
@@ -1764,7 +1998,19 @@ def test_the_log_numbers_a_sessions_events_from_one_without_gaps(h):
     assert _ids(events) == list(range(1, len(events) + 1))
     assert [(e["type"], sorted(e["data"])) for e in events] == [
         (E.SESSION_CREATED, ["agent", "metadata", "title"]),
-        (E.RUN_CREATED, ["agent", "input", "labels", "parent_run"]),
+        (
+            E.RUN_CREATED,
+            [
+                "agent",
+                "edit_of",
+                "input",
+                "labels",
+                "parent_run",
+                "previous_run",
+                "regenerates",
+                "retry_of",
+            ],
+        ),
         (E.POLICY_DECISION, ["reason", "rule", "verdict"]),
         (E.RUN_STARTED, ["agent", "worker"]),
         (E.TURN_STARTED, ["index", "model", "turn"]),
@@ -1872,7 +2118,11 @@ def test_the_turn_loop_leaves_the_same_record_on_either_store(h):
         "system",
         "What you remember that applies here:\n- favourite colour: green (session)",
     )
-    assert [m.content for m in first_turn.request_messages[2:]] == [
+    # The earlier run in full: its call of memory_store, the result, the answer.
+    earlier = first_turn.request_messages[2:]
+    assert [m.role for m in earlier] == ["user", "assistant", "tool", "assistant", "user"]
+    assert earlier[1].tool_calls[0].name == "memory_store"
+    assert [earlier[0].content, earlier[3].content, earlier[4].content] == [
         "remember my favourite colour is green",
         "Got it. I'll remember in this conversation that your favourite colour is green.",
         "forget everything",
@@ -1894,12 +2144,193 @@ def test_a_run_records_the_version_of_its_agent_and_executes_it(h):
 
     assert [r.agent_version for r in (first, again, changed, back)] == [1, 1, 2, 1]
     assert h.store.get_run(changed.id).agent_version == 2
+    for earlier in (first, again):
+        h.store.request_cancel(earlier.id, "not this one")
     context = h.store.claim_run(changed.id, owner="w1", lease_seconds=LEASE)
     assert context is not None
     assert context.definition == v2
+    h.store.finish_run(run_id=changed.id, status=RunStatus.COMPLETED, output="ok")
+    h.store.request_cancel(back.id, "not this one")
     # Without a definition the run executes the agent as it is when it starts.
     plain = h.run(session)
     assert h.store.get_run(plain.id).agent_version is None
     context = h.store.claim_run(plain.id, owner="w1", lease_seconds=LEASE)
     assert context is not None
     assert context.definition is None
+
+
+# One run at a time in a session
+
+
+def test_a_message_while_a_run_is_active_waits_behind_it(h):
+    session = h.session()
+    active = h.claimed(session, "tell me a story")
+
+    queued = h.run(session, "echo hi")
+    behind = h.run(session, "echo again", multitask="enqueue")
+
+    assert (queued.status, queued.multitask, queued.queued_behind) == (
+        RunStatus.PENDING,
+        "enqueue",
+        active.id,
+    )
+    assert (behind.multitask, behind.queued_behind) == ("enqueue", queued.id)
+    assert h.store.get_run(behind.id) == behind
+    assert h.last(session.id, E.RUN_QUEUED) == {
+        "behind": str(queued.id),
+        "ahead": 2,
+        "multitask": "enqueue",
+    }
+    # No hand-off starts a run before its turn, and the reaper leaves it alone
+    # (however long it has waited).
+    for run in (active, queued, behind):
+        h.age(run.id, 120)
+    assert h.store.claim_run(queued.id, owner="w2", lease_seconds=LEASE) is None
+    assert h.store.next_queued_run(session.id) is None
+    assert h.store.expired_runs() == []
+    assert h.store.get_run(queued.id).status == RunStatus.PENDING
+
+    h.store.finish_run(run_id=active.id, status=RunStatus.COMPLETED, output="Once upon a time.")
+
+    assert h.store.get_run(queued.id).queued_behind is None
+    assert h.store.get_run(behind.id).queued_behind == queued.id
+    assert h.store.next_queued_run(session.id) == queued.id
+    assert h.store.expired_runs() == [queued.id]
+    assert h.store.claim_run(behind.id, owner="w2", lease_seconds=LEASE) is None
+    assert h.store.claim_run(queued.id, owner="w2", lease_seconds=LEASE) is not None
+    # The queue is the session's: a run elsewhere starts at once.
+    elsewhere = h.run(h.session(), "echo elsewhere")
+    assert (elsewhere.multitask, elsewhere.queued_behind) == ("", None)
+
+
+def test_a_message_while_no_run_is_active_is_not_queued(h):
+    session = h.session()
+    done = h.claimed(session)
+    h.store.finish_run(run_id=done.id, status=RunStatus.COMPLETED, output="ok")
+
+    run = h.run(session, multitask="reject")
+
+    assert (run.multitask, run.queued_behind) == ("", None)
+    assert E.RUN_QUEUED not in h.types(session.id)
+    assert h.store.next_queued_run(session.id) == run.id
+    assert h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE) is not None
+
+
+@pytest.mark.parametrize("state", ["pending", "running", "awaiting_input"])
+def test_reject_refuses_a_message_while_a_run_is_active_and_records_nothing(h, state):
+    if state == "awaiting_input":
+        active, _ = h.waiting()
+        session = h.store.get_session(active.session_id)
+    else:
+        session = h.session()
+        active = h.run(session) if state == "pending" else h.claimed(session)
+    logged = h.events(session.id)
+
+    with pytest.raises(RunActive) as refused:
+        h.run(session, "echo hi", multitask="reject", idempotency_key="k-1")
+
+    assert refused.value.active_run_id == active.id
+    assert str(active.id) in str(refused.value)
+    assert h.events(session.id) == logged
+    # A key used already is told as such first: the retry finds its first attempt.
+    if h.store.request_cancel(active.id, "make room").status == RunStatus.RUNNING:
+        h.store.finish_run(run_id=active.id, status=RunStatus.CANCELED)
+    first = h.run(session, "echo hi", idempotency_key="k-1")
+    with pytest.raises(DuplicateIdempotencyKey):
+        h.run(session, "echo hi", multitask="reject", idempotency_key="k-1")
+    assert h.store.get_run(first.id).status == RunStatus.PENDING
+
+
+def test_interrupt_stops_the_active_run_then_queues_behind_it(h):
+    session = h.session()
+    working = h.claimed(session, "tell me a story")
+    waiting = h.run(session, "echo queued")
+
+    run = h.run(session, "echo now", multitask="interrupt")
+
+    # The queued run had not started: canceled at once. The working one is asked to
+    # stop; the new run waits until it has.
+    assert h.store.get_run(waiting.id).status == RunStatus.CANCELED
+    assert h.store.cancel_requested(working.id) == f"interrupted by a new message (run {run.id})"
+    assert (run.multitask, run.queued_behind) == ("interrupt", working.id)
+    assert h.last(session.id, E.RUN_QUEUED) == {
+        "behind": str(working.id),
+        "ahead": 1,
+        "multitask": "interrupt",
+    }
+    assert h.store.claim_run(run.id, owner="w2", lease_seconds=LEASE) is None
+
+    # Its loop stops it, keeping what the model had said.
+    stopped = h.store.finish_run(run_id=working.id, status=RunStatus.CANCELED, output="Once upon a")
+
+    assert (stopped.status, stopped.output) == (RunStatus.CANCELED, "Once upon a")
+    assert h.last(session.id, E.RUN_CANCELED) == {
+        "reason": f"interrupted by a new message (run {run.id})"
+    }
+    assert h.store.next_queued_run(session.id) == run.id
+    assert h.store.claim_run(run.id, owner="w2", lease_seconds=LEASE) is not None
+
+
+def test_interrupting_a_run_nobody_executes_lets_the_new_one_start_at_once(h):
+    waiting, call = h.waiting("question")
+    session = h.store.get_session(waiting.session_id)
+
+    run = h.run(session, "never mind", multitask="interrupt")
+
+    assert h.store.get_run(waiting.id).status == RunStatus.CANCELED
+    assert h.call_state(waiting.id, call).status == ToolCallStatus.CANCELED
+    assert (run.multitask, run.queued_behind) == ("interrupt", None)
+    assert E.RUN_QUEUED not in h.types(session.id)
+    assert h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE) is not None
+
+
+def test_a_queued_run_canceled_before_its_turn_ends_canceled(h):
+    session = h.session()
+    active = h.claimed(session)
+    first = h.run(session, "echo one")
+    second = h.run(session, "echo two")
+
+    canceled = h.store.request_cancel(first.id, "changed my mind")
+
+    assert (canceled.status, canceled.started_at, canceled.queued_behind) == (
+        RunStatus.CANCELED,
+        None,
+        None,
+    )
+    assert h.store.get_run(second.id).queued_behind == active.id
+    h.store.finish_run(run_id=active.id, status=RunStatus.COMPLETED, output="ok")
+    assert h.store.next_queued_run(session.id) == second.id
+
+
+def test_ending_a_session_cancels_the_runs_waiting_their_turn(h):
+    session = h.session()
+    active = h.claimed(session)
+    queued = h.run(session, "echo later")
+
+    h.store.end_session(session.id)
+
+    assert h.store.get_run(queued.id).status == RunStatus.CANCELED
+    assert h.store.cancel_requested(active.id) == "session_ended"
+    assert h.store.next_queued_run(session.id) is None
+
+
+def test_runs_called_as_tools_are_not_queued(h):
+    parent = h.claimed()
+    session = h.store.get_session(parent.session_id)
+    queued = h.run(session, "echo later")
+    child = h.store.create_child_run(
+        parent_run_id=parent.id,
+        parent_tool_call_id=h.store.start_tool_call(
+            turn_id=h.turn(parent.id),
+            index=0,
+            request=ToolCallRequest(id="c", name="ask_assistant", arguments={"prompt": "x"}),
+        ),
+        agent="assistant",
+        input="x",
+        labels={},
+        policy={},
+    )
+
+    assert (child.multitask, child.queued_behind) == ("", None)
+    assert h.store.claim_run(child.id, owner="w1", lease_seconds=LEASE) is not None
+    assert h.store.get_run(queued.id).queued_behind == parent.id

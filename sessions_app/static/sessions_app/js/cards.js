@@ -193,12 +193,14 @@ export function reveal(card) {
   }
 }
 
-/** Who approved, denied or answered the call, and when: the card settles read-only. */
+/** Who approved, denied or answered the call (with the answer), and when: the card
+ * settles read-only. */
 export function showDecision(card, at) {
   const verb = { approved: "Approved", denied: "Denied", answered: "Answered" }[card.decision] || card.decision;
   const parts = [`${verb} by ${who(card.decidedBy)}`];
   if (at) parts.push(` · ${formatTime(at)}`);
   if (card.reason) parts.push(` — “${card.reason}”`);
+  else if (card.decision === "answered" && card.answer) parts.push(` — “${card.answer}”`);
   card.decisionEl.textContent = parts.join("");
   card.decisionEl.hidden = false;
   card.actionArea.replaceChildren(el("p", { class: "tool-decision tool-decision-inline", "data-testid": "decision-note" }, parts.join("")));

@@ -1,7 +1,10 @@
 // The message box: Send (Answer when the agent asked a question), Stop while a run is
 // active (Esc too), "Ask me before each tool", Retry of a failed run, and the
-// suggestions of an empty chat. Stop cancels the run on the server.
+// suggestions of an empty chat. Stop cancels the run on the server. A message sent
+// while a run is active does what the agent's policy says (config.session.multitask):
+// it is queued behind that run, stops it first, or is refused.
 import { api, errorText } from "./api.js";
+import { retryRun } from "./branches.js";
 import { $, el } from "./dom.js";
 import { nameAfter, setSessionStatus } from "./header.js";
 import { ensureRun, renderRun } from "./render.js";
@@ -15,6 +18,13 @@ const sendButton = $('[data-role="send"]', composerForm);
 const stopButton = $('[data-role="stop"]', composerForm);
 const reviewToggle = $('[data-role="review"]', composerForm);
 
+// What the note under the box says of a message sent while the agent is answering.
+const WHILE_BUSY = {
+  enqueue: "The agent is answering. A message you send now is queued: it starts when the current answer finishes.",
+  interrupt: "The agent is answering. Sending a message now stops the current answer, then starts yours.",
+  reject: "The agent takes one message at a time: wait for this answer to finish, or Stop it, before you send another.",
+};
+
 /** Shows what the composer can do now: send, answer, stop, or nothing (ended). */
 export function updateComposer() {
   const note = $('[data-role="note"]', composerForm);
@@ -24,7 +34,8 @@ export function updateComposer() {
   const busy = run && !waiting;
   composer.disabled = ended;
   reviewToggle.disabled = ended;
-  sendButton.hidden = Boolean(busy);
+  // Send stays next to Stop while a run works: Enter queues (or sends) the next message.
+  sendButton.hidden = false;
   sendButton.disabled = ended || state.sending;
   stopButton.hidden = ended || !run;
   stopButton.disabled = run ? state.stopping.has(run.id) : true;
@@ -39,6 +50,8 @@ export function updateComposer() {
     note.append(el("strong", {}, "The agent asks: "), waiting.run.awaiting.question || "a question", " — your next message answers it.");
   } else if (waiting && waiting.kind === "approval") {
     note.append("A tool call waits for your approval above. Sending a new message cancels it.");
+  } else if (busy) {
+    note.append(WHILE_BUSY[config.session.multitask] || WHILE_BUSY.enqueue);
   }
   note.hidden = !note.childNodes.length;
   composer.placeholder = ended ? "This chat has ended" : question ? "Type your answer…" : `Message ${config.session.agent}…`;
@@ -68,36 +81,40 @@ async function startRun(text, labels) {
     showComposerError("");
     const run = ensureRun(result.data.id, { input: result.data.input, labels: result.data.labels });
     if (run.status === "pending" && result.data.status !== "pending") run.status = result.data.status;
+    if (run.status === "pending" && result.data.queued_behind && !run.queuedBehind) {
+      run.queuedBehind = result.data.queued_behind;
+      run.queuedBy = result.data.multitask || "enqueue";
+    }
     renderRun(run);
     scrollToBottom();
     return true;
   }
-  if (result.status === 409 && result.data && result.data.errors && result.data.errors.some((e) => e.code === "session_ended")) setSessionStatus("ended");
+  const codes = result.status === 409 && result.data && Array.isArray(result.data.errors) ? result.data.errors.map((e) => e.code) : [];
+  if (codes.includes("session_ended")) setSessionStatus("ended");
   if (result.status !== 0) state.pendingSend = null;
-  showComposerError(errorText(result, "The message could not be sent."));
+  if (codes.includes("run_active")) {
+    showComposerError("Not sent: the agent is still answering and takes one message at a time. Wait for the answer to finish, or press Stop, then send your message again.");
+  } else {
+    showComposerError(errorText(result, "The message could not be sent."));
+  }
   return false;
 }
 
-/** The Retry button of a failed run (render.js) sends its message again. */
+/** The Retry button of a failed run (render.js) asks its message again, as a run
+ * linked to it that takes its place in the conversation (branches.js). */
 async function retry(button) {
   const run = state.runs.get(button.dataset.runId);
   if (!run) return;
-  button.disabled = true;
+  const label = button.textContent;
   button.textContent = "Retrying…";
-  const ok = await startRun(run.input, run.labels);
-  if (!ok) {
-    button.disabled = false;
-    button.textContent = "Retry";
-  } else {
-    button.remove();
-  }
+  if (await retryRun(run, button)) button.remove();
+  else button.textContent = label;
 }
 
 async function submitComposer() {
   const text = composer.value.trim();
   if (!text || state.sending || state.sessionStatus === "ended") return;
   const run = activeRun();
-  if (run && !waitingFor(run)) return; // it is working: Stop first
   state.sending = true;
   updateComposer();
   try {
@@ -129,6 +146,16 @@ async function submitComposer() {
     state.sending = false;
     autosize();
     updateComposer();
+  }
+}
+
+/** The Cancel button of a queued message (render.js): it ends canceled, never started. */
+async function cancelQueued(button) {
+  button.disabled = true;
+  const result = await api(`runs/${button.dataset.runId}/cancel/`, { method: "POST", body: { reason: "canceled before it started" } });
+  if (!result.ok && result.status !== 409) {
+    button.disabled = false;
+    showComposerError(errorText(result, "The queued message could not be canceled."));
   }
 }
 
@@ -184,8 +211,11 @@ export function startComposer() {
     });
   }
   $("#transcript").addEventListener("click", (event) => {
-    const button = event.target instanceof Element ? event.target.closest('[data-action="retry"]') : null;
+    const target = event.target instanceof Element ? event.target : null;
+    const button = target ? target.closest('[data-action="retry"]') : null;
     if (button) retry(button);
+    const queued = target ? target.closest('[data-action="cancel-queued"]') : null;
+    if (queued) cancelQueued(queued);
   });
   onStateChange(updateComposer);
   updateComposer();

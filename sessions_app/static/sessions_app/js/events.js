@@ -1,6 +1,7 @@
 // The session's events applied to the page, each once: an event whose seq was seen
 // already is dropped, so a reconnect never duplicates or wipes anything. Token
 // deltas fill a turn's buffer; message.completed replaces it, never appends.
+import { noteBranch } from "./branches.js";
 import { OPEN_CARD, ensureCard, renderArgs, renderOutcome, setCardStatus, showDecision } from "./cards.js";
 import { announce, el } from "./dom.js";
 import { refreshMemorySoon } from "./drawer.js";
@@ -60,9 +61,20 @@ const handlers = {
   "run.created"(event, run) {
     run.agent = event.data.agent || run.agent;
     run.labels = event.data.labels || {};
+    noteBranch(run, event.data);
     step(run, run.parentRun ? `Asked by its parent run` : `Asked ${run.agent}`, event.created_at);
   },
+  "run.queued"(event, run) {
+    // It waits for the runs before it (run.started ends the wait).
+    run.queuedBehind = event.data.behind || null;
+    run.queuedBy = event.data.multitask || "enqueue";
+    const ahead = Number(event.data.ahead) || 1;
+    const what = run.queuedBy === "interrupt" ? "the answer it stopped to end" : ahead > 1 ? `${ahead} earlier messages to be answered` : "the current answer to finish";
+    step(run, `Queued: waits for ${what}`, event.created_at);
+    say("Your message is queued: it starts when the current answer finishes");
+  },
   "run.started"(event, run) {
+    run.queuedBehind = null;
     run.status = "running";
     run.startedAt = run.startedAt || event.created_at;
     run.activity = "Thinking…";
@@ -156,6 +168,7 @@ const handlers = {
     card.decision = event.data.decision;
     card.decidedBy = event.data.decided_by;
     card.reason = event.data.reason || "";
+    card.answer = event.data.answer ?? null;
     card.pending = null;
     card.needsEye = false;
     if (card.decision === "denied") {
@@ -175,7 +188,7 @@ const handlers = {
     if (event.data.kind === "question") {
       if (card) {
         setCardStatus(card, "awaiting_answer");
-        showPending(card, "question", event.data.question);
+        showPending(card, "question", event.data);
       }
       step(run, `Asks you: ${event.data.question || ""}`, event.created_at);
       say(`The agent asks: ${event.data.question || "a question"}`);

@@ -4,7 +4,7 @@
 import { copyButton } from "./clipboard.js";
 import { $, el, uid } from "./dom.js";
 import { formatDuration, formatTime } from "./format.js";
-import { TERMINAL, answerText, answerWithTools, config, state, stateChanged, waitingFor } from "./state.js";
+import { TERMINAL, answerText, answerWithTools, config, isQueued, state, stateChanged, waitingFor } from "./state.js";
 import { emptyUsage, usageLine } from "./usage.js";
 
 const transcript = $("#transcript");
@@ -26,6 +26,8 @@ export function ensureRun(runId, info = {}) {
     status: "pending",
     activity: "",
     awaiting: null,
+    queuedBehind: null, // the run it waits for (run.queued), until it starts
+    queuedBy: "", // the policy that queued it: enqueue, or interrupt
     usage: emptyUsage(),
     startedAt: null,
     endedAt: null,
@@ -52,7 +54,13 @@ export function ensureRun(runId, info = {}) {
   run.body = el("div", { class: "run-body" });
   run.errorBox = el("div", { class: "run-error", role: "alert", hidden: true, "data-testid": "run-error" });
   run.actions = el("span", { class: "run-actions" });
-  const statusRow = el("div", { class: "run-status-row" }, run.statusButton, run.usageText, run.actions);
+  // A message waiting for its turn can be taken back before it starts (composer.js).
+  run.cancelQueued = el(
+    "button",
+    { type: "button", class: "button button-small", dataset: { action: "cancel-queued", runId }, "data-testid": "cancel-queued", hidden: true },
+    "Cancel",
+  );
+  const statusRow = el("div", { class: "run-status-row" }, run.statusButton, run.cancelQueued, run.usageText, run.actions);
   run.inputText = el("div", { class: "msg-text" });
   if (parentRun) {
     run.el = el(
@@ -113,6 +121,9 @@ function statusLine(run) {
   }
   switch (run.status) {
     case "pending":
+      if (isQueued(run)) {
+        return run.queuedBy === "interrupt" ? "Queued — starts when the stopped answer has ended" : "Queued — starts when the current answer finishes";
+      }
       return "Queued…";
     case "running":
       if (state.stopping.has(run.id)) return "Stopping…";
@@ -143,7 +154,10 @@ function statusLine(run) {
 /** Redraws the run's status line, usage and copy buttons, then its parent's. */
 export function renderRun(run) {
   run.el.dataset.status = run.status;
+  run.el.dataset.queued = String(isQueued(run));
   run.el.classList.toggle("is-interrupted", state.interrupted.has(run.id) && run.status === "running");
+  run.el.classList.toggle("is-queued", isQueued(run));
+  run.cancelQueued.hidden = !isQueued(run) || !config.may.cancel;
   run.statusText.textContent = statusLine(run);
   const usage = usageLine(run.usage);
   run.usageText.textContent = usage.text;

@@ -1,22 +1,59 @@
-// A paused tool call's form: Approve, or Deny with a reason, for an approval; an
-// answer box for a question. Its states are idle → sending → done | expired (the
-// server said 409) | error (try again).
+// A paused tool call's form: Approve, or Deny with a reason, for an approval; for a
+// question, its choices as buttons (one click answers; when several may be picked,
+// they toggle and Send answers) and an answer box for words of your own. Its states
+// are idle → sending → done | expired (the server said 409) | error (try again).
 import { api, errorText } from "./api.js";
 import { jsonBlock, reveal } from "./cards.js";
 import { el, uid } from "./dom.js";
 import { config, state } from "./state.js";
 
-/** Shows the form in the card and opens the card; card.pending holds its state. */
-export function showPending(card, kind, question) {
+/** The choices of a question as buttons: a click answers with that one, or, when
+ * several may be picked, toggles it (aria-pressed) and Send answers with those on. */
+function choiceButtons(awaiting, send) {
+  const choices = Array.isArray(awaiting.choices) ? awaiting.choices.map(String) : [];
+  if (!choices.length) return null;
+  const multiple = Boolean(awaiting.multiple);
+  const group = el("div", { class: "choices", role: "group", "aria-label": multiple ? "Pick any of these" : "Pick one", "data-testid": "choices", dataset: { multiple: String(multiple) } });
+  const buttons = choices.map((choice) => el("button", { type: "button", class: "button button-small choice", "data-testid": "choice-button", ...(multiple ? { "aria-pressed": "false" } : {}) }, choice));
+  group.append(...buttons);
+  if (!multiple) {
+    buttons.forEach((button, index) => button.addEventListener("click", () => send({ choices: [choices[index]] })));
+    return { group, refresh() {} };
+  }
+  const picked = () => choices.filter((_, index) => buttons[index].getAttribute("aria-pressed") === "true");
+  const sendPicked = el("button", { type: "button", class: "button button-primary button-small", "data-testid": "choices-send" }, "Send choices");
+  for (const button of buttons) {
+    button.addEventListener("click", () => {
+      button.setAttribute("aria-pressed", String(button.getAttribute("aria-pressed") !== "true"));
+      sendPicked.disabled = picked().length === 0;
+    });
+  }
+  sendPicked.addEventListener("click", () => {
+    if (picked().length) send({ choices: picked() });
+  });
+  sendPicked.disabled = true;
+  group.append(sendPicked);
+  // Send stays off until something is picked, whatever state the form is in.
+  const refresh = () => {
+    if (!picked().length) sendPicked.disabled = true;
+  };
+  return { group, refresh };
+}
+
+/** Shows the form in the card and opens the card; card.pending holds its state.
+ * For a question, ``awaiting`` is what the run waits for (its question, choices). */
+export function showPending(card, kind, awaiting = {}) {
   const run = state.runs.get(card.runId);
   const status = el("p", { class: "pending-status", role: "status", "data-testid": "respond-status" });
   let controls;
+  let choices = null;
   const pending = { kind, state: "idle" };
   const setState = (next, message = "") => {
     pending.state = next;
     card.actionArea.dataset.respondState = next;
     status.textContent = message;
     for (const control of controls.querySelectorAll("button, input, textarea")) control.disabled = next === "sending" || next === "done";
+    if (choices) choices.refresh();
   };
   const send = async (body) => {
     if (pending.state === "sending" || pending.state === "done" || pending.state === "expired") return;
@@ -33,11 +70,13 @@ export function showPending(card, kind, question) {
   if (kind === "question") {
     const inputId = uid("answer");
     const input = el("textarea", { id: inputId, rows: "2", required: true, "data-testid": "answer-input", maxlength: "32000" });
+    choices = choiceButtons(awaiting, send);
     controls = el(
       "form",
       { class: "answer-form", "data-testid": "answer-form" },
-      el("p", { class: "question", "data-testid": "question" }, question || "The agent asks you something."),
-      el("label", { for: inputId }, "Your answer"),
+      el("p", { class: "question", "data-testid": "question" }, awaiting.question || "The agent asks you something."),
+      choices && choices.group,
+      el("label", { for: inputId }, choices ? "Or answer in your own words" : "Your answer"),
       input,
       el("div", { class: "form-actions" }, el("button", { type: "submit", class: "button button-primary button-small", "data-testid": "answer-button" }, "Send answer")),
     );

@@ -42,13 +42,18 @@ export function who(userId) {
   return `user #${userId}`;
 }
 
-/** The latest top-level run that has not ended, or null. */
+/** The top-level run at work (or waiting for the user), or null: the oldest that
+ * has not ended. A session runs one message at a time; the others wait behind it. */
 export function activeRun() {
-  let found = null;
   for (const run of state.runs.values()) {
-    if (!run.parentRun && !TERMINAL.has(run.status)) found = run;
+    if (!run.parentRun && !TERMINAL.has(run.status)) return run;
   }
-  return found;
+  return null;
+}
+
+/** Whether the run waits for the runs before it to end (run.queued, until it starts). */
+export function isQueued(run) {
+  return run.status === "pending" && Boolean(run.queuedBehind);
 }
 
 /** What a waiting run waits for, following a delegation down to the child run

@@ -446,7 +446,7 @@ def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
     assert first["system"] == [
         {"type": "text", "text": "Use the calculator.", "cache_control": CACHED}
     ]
-    assert [tool["name"] for tool in first["tools"]] == ["calculator"]
+    assert [tool["name"] for tool in first["tools"]] == ["calculator", "read_tool_result"]
     assert second["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "What is 6*7?"}]},
         {

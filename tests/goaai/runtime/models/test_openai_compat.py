@@ -440,7 +440,10 @@ def test_the_turn_loop_runs_a_calculator_round_trip_through_the_client(
     assert call["outcome"].result == {"expression": "6*7", "value": 42}
 
     first, second = fake_server.bodies(OPENAI_PATH)
-    assert [tool["function"]["name"] for tool in first["tools"]] == ["calculator"]
+    assert [tool["function"]["name"] for tool in first["tools"]] == [
+        "calculator",
+        "read_tool_result",
+    ]
     assert first["messages"] == [
         {"role": "system", "content": "Use the calculator."},
         {"role": "user", "content": "What is 6*7?"},

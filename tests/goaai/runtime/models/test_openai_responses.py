@@ -397,7 +397,7 @@ def test_the_turn_loop_carries_the_reasoning_across_a_tool_call(
 
     first, second = fake_server.bodies(RESPONSES_PATH)
     assert first["instructions"] == second["instructions"] == "Use the calculator."
-    assert [tool["name"] for tool in first["tools"]] == ["calculator"]
+    assert [tool["name"] for tool in first["tools"]] == ["calculator", "read_tool_result"]
     assert first["input"] == [{"role": "user", "content": "What is 6*7?"}]
     assert second["input"] == [
         {"role": "user", "content": "What is 6*7?"},

@@ -4,6 +4,7 @@ for first, and the sentence it makes of the tool's answer."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -148,13 +149,6 @@ def _after_tool(user_text: str, name: str, arguments: dict, outcome: ToolOutcome
             "Your favourite colour is green.",
         ),
         (
-            "what is my favourite colour?",
-            "memory_recall",
-            {"key": "favourite colour", "found": False},
-            "I don't know your favourite colour yet. Tell me with "
-            '"remember my favourite colour is ...".',
-        ),
-        (
             "forget my favourite colour",
             "memory_forget",
             {"key": "favourite colour", "scope": "session", "forgotten": True},
@@ -183,6 +177,42 @@ def test_after_a_tool_result_the_model_answers_with_a_sentence(user_text, name, 
     assert "".join(deltas) == sentence
     assert len(deltas) == len(sentence.split())
     assert reply.usage.output_tokens > 0
+
+
+def test_a_recall_that_finds_nothing_searches_then_says_what_it_found():
+    not_found = ToolOutcome(result={"key": "favourite colour", "found": False})
+    request = _after_tool(
+        "what is my favourite colour?", "memory_recall", {"key": "favourite colour"}, not_found
+    )
+
+    search = ScriptedModel().complete(request)
+    assert search.tool_calls == (
+        ToolCallRequest(id="call_2", name="memory_search", arguments={"query": "favourite colour"}),
+    )
+    found = {"query": "favourite colour", "facts": [{"key": "colour", "value": "green"}]}
+    answered = ModelRequest(
+        messages=(
+            *request.messages,
+            Message(role="assistant", tool_calls=search.tool_calls),
+            Message(
+                role="tool",
+                content=json.dumps(ToolOutcome(result=found).for_model()),
+                tool_call_id="call_2",
+                name="memory_search",
+            ),
+        ),
+        tools=request.tools,
+    )
+    assert ScriptedModel().complete(answered).text == (
+        "I have nothing under your favourite colour exactly, but I remember colour: green."
+    )
+    without_search = replace(
+        request, tools=tuple(t for t in request.tools if t.name != "memory_search")
+    )
+    assert ScriptedModel().complete(without_search).text == (
+        "I don't know your favourite colour yet. "
+        'Tell me with "remember my favourite colour is ...".'
+    )
 
 
 def test_a_failed_tool_is_reported_to_the_user():

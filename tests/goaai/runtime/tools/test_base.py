@@ -165,9 +165,13 @@ def test_toolsets_name_their_tools():
         "memory_forget",
         "memory_forget_all",
         "memory_recall",
+        "memory_search",
         "memory_store",
+        # Every agent may read on in a truncated result.
+        "read_tool_result",
     ]
     assert tools["memory_store"].toolset == "memory"
+    assert tools["read_tool_result"].toolset == "results"
     assert set(TOOLSETS) >= {"memory", "clock", "calculator", "text"}
 
 
