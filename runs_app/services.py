@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -646,6 +647,21 @@ def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str
         )
 
 
+def _charge(run_id: UUID, usage: Usage, cost: Decimal | None) -> None:
+    """Add what a model call used, and cost (``None``: it had no price), to its run."""
+    sql.update(
+        Run,
+        run_id,
+        {},
+        add={
+            **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
+            "total_tokens": usage.total_tokens,
+            "cost": cost or 0,
+            "unpriced_turns": 0 if cost is not None else 1,
+        },
+    )
+
+
 def history_summary_record(
     *,
     run_id: UUID,
@@ -676,17 +692,7 @@ def history_summary_record(
             latency_ms=latency_ms,
         )
         sql.insert(summary)
-        sql.update(
-            Run,
-            run_id,
-            {},
-            add={
-                **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
-                "total_tokens": usage.total_tokens,
-                "cost": cost or 0,
-                "unpriced_turns": 0 if cost is not None else 1,
-            },
-        )
+        _charge(run_id, usage, cost)
         batch.add(
             *payloads.history_summarized(
                 summary=summary.id,
@@ -789,17 +795,7 @@ def turn_complete(
                 "ended_at": batch.now,
             },
         )
-        sql.update(
-            Run,
-            run_id,
-            {},
-            add={
-                **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
-                "total_tokens": usage.total_tokens,
-                "cost": cost or 0,
-                "unpriced_turns": 0 if cost is not None else 1,
-            },
-        )
+        _charge(run_id, usage, cost)
         batch.add(
             *payloads.turn_completed(
                 turn=turn_id,

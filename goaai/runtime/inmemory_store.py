@@ -312,6 +312,16 @@ def _memory_owner(
     return needed.value, given.get(needed)
 
 
+def _charge(run: _Run, used: Usage, cost: Decimal | None) -> None:
+    """Add what a model call used, and cost (``None``: it had no price), to its run."""
+    for kind in USAGE_KINDS:
+        setattr(run, kind, getattr(run, kind) + getattr(used, kind))
+    if cost is None:
+        run.unpriced_turns += 1
+    else:
+        run.cost += cost
+
+
 def _lease_live(run: _Run, now: dt.datetime) -> bool:
     return run.lease_expires_at is not None and run.lease_expires_at > now
 
@@ -739,13 +749,9 @@ class InMemoryRunStore:
             turn.reasoning_state = _json(list(reply.reasoning_state))
             for kind in USAGE_KINDS:
                 setattr(turn, kind, getattr(used, kind))
-                setattr(run, kind, getattr(run, kind) + getattr(used, kind))
+            _charge(run, used, cost)
             turn.cost, turn.retries = cost, retries
             turn.latency_ms, turn.ended_at = latency_ms, now
-            if cost is None:
-                run.unpriced_turns += 1
-            else:
-                run.cost += cost
             self._log_run(
                 run,
                 payloads.turn_completed(
@@ -966,10 +972,7 @@ class InMemoryRunStore:
                 created_at=now,
             )
             self._summaries.setdefault(through_run_id, []).append(summary)
-            for kind in USAGE_KINDS:
-                setattr(run, kind, getattr(run, kind) + getattr(used, kind))
-            run.cost += cost or 0
-            run.unpriced_turns += 0 if cost is not None else 1
+            _charge(run, used, cost)
             self._log_run(
                 run,
                 payloads.history_summarized(

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -31,8 +26,8 @@ from runs_app.tasks import CeleryExecutor
 from sessions_app.models import RunEvent, Session
 from sessions_app.services import api_token_create
 from tests.factories import RunFactory
+from tests.sqlite_file import run_on_a_sqlite_file
 
-ROOT = Path(__file__).resolve().parents[2]
 # An agent that takes one message at a time and refuses the others.
 STRICT = dataclasses.replace(
     ASSISTANT, id="strict", conversation=ConversationSettings(multitask=Multitask.REJECT)
@@ -507,30 +502,16 @@ def test_messages_at_the_same_moment_on_a_sqlite_file_are_taken_one_at_a_time(tm
     # The embedded default's database, a SQLite file, with requests on threads: the
     # suite's own database is in memory, so this runs in a child process on a fresh
     # file.
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "goaai.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'goaai.sqlite3'}",
-        "GOAAI_EXECUTOR": "thread",
-        "GOAAI_EXECUTOR_THREADS": "1",
-        "GOAAI_REAPER_INTERVAL": "0",
-        "ALLOWED_HOSTS": "testserver",
-    }
-    env.pop("REDIS_URL", None)
-    done = subprocess.run(  # noqa: S603 (our own interpreter and script)
-        [sys.executable, "-c", RACE_ON_A_FILE],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    report, stderr = run_on_a_sqlite_file(
+        RACE_ON_A_FILE,
+        tmp_path,
+        GOAAI_EXECUTOR="thread",
+        GOAAI_EXECUTOR_THREADS="1",
+        ALLOWED_HOSTS="testserver",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))
-    results = [tuple(result) for result in json.loads(line.removeprefix("REPORT "))]
+    results = [tuple(result) for result in report]
 
-    assert "locked" not in done.stderr
+    assert "locked" not in stderr
     assert sorted(status for status, _ in results) == [201, 409, 409, 409]
     (taken,) = [body for status, body in results if status == 201]
     assert {body["active_run"] for status, body in results if status == 409} == {taken["id"]}

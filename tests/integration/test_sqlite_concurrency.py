@@ -9,13 +9,7 @@ file (the suite's own SQLite database is in memory).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sqlite_file import run_on_a_sqlite_file
 
 WRITERS = r"""
 import json, os, threading, traceback
@@ -87,30 +81,12 @@ print("REPORT " + json.dumps(report))
 
 
 def test_concurrent_writers_on_a_sqlite_file_lose_nothing(tmp_path):
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "goaai.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'goaai.sqlite3'}",
-        "GOAAI_EXECUTOR": "thread",
-        "GOAAI_EXECUTOR_THREADS": "4",
-        "GOAAI_REAPER_INTERVAL": "0",
-    }
-    env.pop("REDIS_URL", None)
-    done = subprocess.run(  # noqa: S603 (our own interpreter and script)
-        [sys.executable, "-c", WRITERS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    report, stderr = run_on_a_sqlite_file(
+        WRITERS, tmp_path, GOAAI_EXECUTOR="thread", GOAAI_EXECUTOR_THREADS="4"
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))
-    report = json.loads(line.removeprefix("REPORT "))
 
     assert report["errors"] == []
-    assert "locked" not in done.stderr
+    assert "locked" not in stderr
     assert report["runs"] == 32
     assert report["statuses"] == ["completed"], report["run_errors"]
     assert report["notes"] == 30

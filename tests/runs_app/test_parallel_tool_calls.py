@@ -11,10 +11,6 @@ PostgreSQL they run here, outside any test transaction, as the turn loop does.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +18,8 @@ import pytest
 from goaai.runtime import rt
 from runs_app.models import Run, ToolCall
 from sessions_app.models import RunEvent, Session
+from tests.sqlite_file import run_on_a_sqlite_file
 
-ROOT = Path(__file__).resolve().parents[2]
 # Five calls in one reply: two memory writes, three reads; four run at once (the
 # assistant's parallel_tool_calls), the fifth as soon as one of them ends.
 PROMPT = (
@@ -119,26 +115,9 @@ print("REPORT " + json.dumps(report))
 def test_calls_asked_together_are_all_recorded_on_a_sqlite_file(tmp_path, on_postgres):
     if on_postgres:
         pytest.skip("the SQLite file database is the SQLite pass's to test")
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "goaai.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'goaai.sqlite3'}",
-        "GOAAI_REAPER_INTERVAL": "0",
-    }
-    env.pop("REDIS_URL", None)
-    done = subprocess.run(  # noqa: S603 (our own interpreter and script)
-        [sys.executable, "-c", CHILD],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "locked" not in done.stderr
-    line = next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))
-    check(json.loads(line.removeprefix("REPORT ")))
+    report, stderr = run_on_a_sqlite_file(CHILD, tmp_path)
+    assert "locked" not in stderr
+    check(report)
 
 
 @pytest.mark.postgres
