@@ -687,11 +687,13 @@ def branch_walk(
     *,
     start: UUID,
     limit: int,
+    past_summaries: bool = False,
 ) -> list[tuple[UUID, bool]]:
     """The run ``start`` and the runs before it on its branch, newest first, as
     (run id, whether a history summary covers the branch through it): at most
     ``limit`` runs, and none past the first one a summary covers (that one is the
-    last row). One statement, whatever the session's length."""
+    last row) unless ``past_summaries``. One statement, whatever the session's
+    length."""
     runs, summaries = _table(run_model), _table(summary_model)
     quote = connection.ops.quote_name
     pk, previous = quote("id"), quote("previous_run_id")
@@ -703,7 +705,7 @@ def branch_walk(
         f" UNION ALL"
         f" SELECT r.{pk}, r.{previous}, {covered}, chain.depth + 1"
         f" FROM {runs} r JOIN chain ON r.{pk} = chain.previous"
-        f" WHERE chain.depth + 1 < %s AND NOT chain.covered"
+        f" WHERE chain.depth + 1 < %s{'' if past_summaries else ' AND NOT chain.covered'}"
         f") SELECT id, covered FROM chain ORDER BY depth"
     )
     with connection.cursor() as cursor:

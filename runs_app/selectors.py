@@ -48,7 +48,8 @@ def branch_history(*, previous_run_id: UUID | None) -> BranchHistory:
     which stands for the rest (or to the branch's start, or MAX_HISTORY_RUNS)."""
     if previous_run_id is None:
         return BranchHistory([], None, cut=False)
-    walked = sql.branch_walk(Run, HistorySummary, start=previous_run_id, limit=MAX_HISTORY_RUNS)
+    # One more than is read: a run past the walk means older runs are left out.
+    walked = sql.branch_walk(Run, HistorySummary, start=previous_run_id, limit=MAX_HISTORY_RUNS + 1)
     summary = None
     if walked and walked[-1][1]:
         summary = (
@@ -57,7 +58,8 @@ def branch_history(*, previous_run_id: UUID | None) -> BranchHistory:
             .first()
         )
         walked = walked[:-1]
-    cut = summary is None and len(walked) == MAX_HISTORY_RUNS
+    cut = len(walked) > MAX_HISTORY_RUNS
+    walked = walked[:MAX_HISTORY_RUNS]
     ids = [run_id for run_id, _ in walked]
     runs = {
         run.pk: run
@@ -98,8 +100,14 @@ def fork_origin(*, session_id: UUID) -> tuple[SessionFork, list[Exchange], bool]
         return None
     if fork.source_run_id is None:
         return fork, [], False
-    walked = sql.branch_walk(Run, HistorySummary, start=fork.source_run_id, limit=MAX_HISTORY_RUNS)
-    ids = [run_id for run_id, _ in walked][: FORK_EXCHANGES_SHOWN + 1]
+    walked = sql.branch_walk(
+        Run,
+        HistorySummary,
+        start=fork.source_run_id,
+        limit=FORK_EXCHANGES_SHOWN + 1,
+        past_summaries=True,
+    )
+    ids = [run_id for run_id, _ in walked]
     rows = {
         pk: Exchange(text, output, status)
         for pk, text, output, status in Run.objects.filter(pk__in=ids).values_list(

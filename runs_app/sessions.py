@@ -10,14 +10,14 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from goaai import sql
 from goaai.runtime.vocabulary import SessionStatus
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_purge_expired
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 from runs_app.services import runs_cancel_in_session
 from sessions_app.eventlog import recording
 from sessions_app.models import RunEvent, Session
@@ -50,6 +50,8 @@ PURGE_COUNT_KINDS = (
     "events",
     "memory_entries",
     "memory_revisions",
+    "history_summaries",
+    "session_forks",
     "expired_memory_entries",
 )
 
@@ -79,6 +81,15 @@ def _purge_targets(
             ToolCall.objects.filter(run_id__in=runs).exclude(session_id__in=session_ids),
         ),
         ("turns", Turn.objects.filter(run_id__in=runs)),
+        # A summary goes with its session, and with the runs it was written by or
+        # covers (a fork's summary may cover runs of the session it came from).
+        (
+            "history_summaries",
+            HistorySummary.objects.filter(
+                Q(session_id__in=session_ids) | Q(run_id__in=runs) | Q(through_run_id__in=runs)
+            ),
+        ),
+        ("session_forks", SessionFork.objects.filter(session_id__in=session_ids)),
         ("runs", Run.objects.filter(session_id__in=session_ids)),
         ("sessions", Session.objects.filter(pk__in=session_ids)),
     ]
@@ -100,6 +111,17 @@ def _detach_from_purged(session_ids: list[UUID]) -> None:
     revisions = MemoryRevision.objects.exclude(session_id__in=session_ids)
     revisions.filter(actor_run_id__in=runs).update(actor_run=None)
     revisions.filter(actor_tool_call_id__in=calls).update(actor_tool_call=None)
+    # Branch links into the purged runs (a fork's first run continues from one) and
+    # the forks made from them; a summary that folded in a purged one.
+    for link in ("previous_run", "retry_of", "regenerates", "edit_of"):
+        others.filter(**{f"{link}_id__in": runs}).update(**{link: None})
+    forks = SessionFork.objects.exclude(session_id__in=session_ids)
+    forks.filter(source_session_id__in=session_ids).update(source_session=None)
+    forks.filter(source_run_id__in=runs).update(source_run=None)
+    gone = HistorySummary.objects.filter(
+        Q(session_id__in=session_ids) | Q(run_id__in=runs) | Q(through_run_id__in=runs)
+    ).values("id")
+    HistorySummary.objects.exclude(id__in=gone).filter(previous_id__in=gone).update(previous=None)
 
 
 def sessions_purge(

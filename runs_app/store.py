@@ -78,7 +78,7 @@ def _earlier_run(run: Run) -> EarlierRun:
                 ),
                 tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
                 finish_reason=turn.finish_reason,
-                output_tokens=turn.output_tokens,
+                output_tokens=turn.output_tokens - turn.reasoning_tokens,
             )
             for turn in run.turns.all()
         ),

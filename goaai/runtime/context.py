@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +131,17 @@ def bounded(content: str, limit: int, tool_call_id: UUID | None) -> str:
     return (
         f"{content[:limit]}\n[... truncated: the first {limit} of {len(content)} characters{more}]"
     )
+
+
+_POINTER = re.compile(r'\[\.\.\. truncated: .*tool_call_id="([^"]+)"[^\]]*\]$')
+
+
+def shortened(content: str, limit: int) -> str:
+    """``content`` (a tool message's) cut to ``limit`` characters, as
+    :func:`bounded` cuts it, keeping the way to read the rest when it had one."""
+    pointer = _POINTER.search(content)
+    tool_call_id = UUID(pointer.group(1)) if pointer else None
+    return bounded(content, limit, tool_call_id)
 
 
 # History

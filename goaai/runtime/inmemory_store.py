@@ -1614,6 +1614,8 @@ class InMemoryRunStore:
                 break
             walked.append(earlier)
             previous = earlier.previous_run_id
+        if summary is None and previous is not None and previous in self._summaries:
+            summary = self._summaries[previous][-1]  # the walk ended just at it
         cut = summary is None and previous is not None and len(walked) == MAX_HISTORY_RUNS
         history = tuple(
             EarlierRun(
@@ -1666,7 +1668,7 @@ class InMemoryRunStore:
                     tool_calls=tuple(ToolCallState.of(call, _json) for call in calls),
                     finish_reason=turn.finish_reason,
                     reasoning_state=tuple(_json(turn.reasoning_state)),
-                    output_tokens=turn.output_tokens,
+                    output_tokens=turn.output_tokens - turn.reasoning_tokens,
                 )
             )
         return tuple(states)

@@ -675,7 +675,7 @@ class TurnLoop:
         if not open_calls:
             return
         self._check_between_steps(context, policy, progress, lease)
-        together = [call for call in open_calls if call.runs_together]
+        together = _to_run_together(open_calls, progress.parallel_tool_calls)
         at_once = max(1, min(progress.parallel_tool_calls, len(together)))
         starting = {call.position for call in together[:at_once]}
         for call in open_calls:
@@ -1000,11 +1000,18 @@ class TurnLoop:
         previous = context.summary
         words = plan.summary_tokens * 3 // 4
         request = ModelRequest(
+            # The request leaves room for the summary it asks for.
             messages=budget.summary_request_messages(
-                previous, plan.fold, words=words, budget=input_budget
+                previous, plan.fold, words=words, budget=input_budget - plan.summary_tokens
             ),
             tools=(),
-            settings=replace(agent.model_settings, max_output_tokens=plan.summary_tokens),
+            # No reasoning: on a model that reasons, it would spend the summary's
+            # output limit before a word of the summary is written.
+            settings=replace(
+                agent.model_settings,
+                max_output_tokens=plan.summary_tokens,
+                reasoning_effort=None,
+            ),
         )
         started = self.clock()
         try:
@@ -1013,6 +1020,9 @@ class TurnLoop:
             ):
                 with attempt:
                     reply = self._complete(context, model, request, None)
+                    if not reply.text.strip():
+                        # Kept, an empty summary would stand for those runs for good.
+                        raise ModelError(ErrorKind.TRUNCATED, "the model wrote no summary")
         except ModelError as exc:
             self.store.policy_decision(
                 run_id=context.run_id,
@@ -1054,7 +1064,7 @@ class TurnLoop:
             message = messages[position]
             if len(message.content) > shortest:
                 messages[position] = replace(
-                    message, content=budget.bounded(message.content, shortest, None)
+                    message, content=budget.shortened(message.content, shortest)
                 )
         while progress.history_runs and budget.messages_tokens(messages) > room:
             count = progress.history_runs.pop(0)
@@ -1109,6 +1119,18 @@ def _window(model: ModelClient) -> int | None:
 
 # How short the loop may make one of a run's own tool results to stay in budget.
 FIT_RESULT_CHARS = 500
+
+
+def _to_run_together(open_calls: list[_Call], parallel: int) -> list[_Call]:
+    """The open calls of a reply that run together. One at a time is the model's
+    order: no call runs ahead of one that waits for a person (or runs in the loop's
+    thread); the loop takes those, and what follows them, in turn."""
+    together = [call for call in open_calls if call.runs_together]
+    if parallel == 1:
+        first_apart = next((c.position for c in open_calls if not c.runs_together), None)
+        if first_apart is not None:
+            together = [c for c in together if c.position < first_apart]
+    return together
 
 
 def _not_recorded(attempt: int, error: ModelError, delay: float) -> None:

@@ -312,7 +312,8 @@ class TurnState:
     tool_calls: tuple[ToolCallState, ...] = ()
     finish_reason: str = ""
     reasoning_state: tuple[dict[str, Any], ...] = ()
-    # The reply's output tokens as the provider reported them (0: not known).
+    # The reply's output tokens as the provider reported them, less those it spent
+    # reasoning (which are not sent back with the conversation); 0: not known.
     output_tokens: int = 0
 
 

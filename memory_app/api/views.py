@@ -328,7 +328,12 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         except ValueError:
             errors["session"] = ["A session id."]
         raw_limit = request.query_params.get("limit", "10")
-        limit = int(raw_limit) if raw_limit.isdigit() else 0
+        # ASCII digits only: "²" is a digit to str.isdigit, and not to int().
+        limit = (
+            int(raw_limit)
+            if raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) < 4
+            else 0
+        )
         if not 1 <= limit <= 50:
             errors["limit"] = ["A whole number from 1 to 50."]
         if errors:

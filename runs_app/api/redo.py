@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -153,13 +154,19 @@ class RunRedoViewSet(ScopedViewSet):
         summary="Fork the session from a run",
         description="A new session of yours, of the same agent, whose history is this "
         "run's branch up to and including it; the original session goes on as it was. "
-        "For a top-level run that has ended.",
+        "For a top-level run of yours that has ended (another user's run, even one you "
+        "may read, is a 403).",
         request=SessionForkSerializer,
         responses={201: ForkedSessionSerializer, 409: _CONFLICT},
     )
     def fork(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        self.require(Run, "add", run_owner_id(run))
+        if run_owner_id(run) != request.user.pk:
+            # A fork is a session of the caller's that carries the whole history up
+            # to the run: another user's conversation is not theirs to copy.
+            raise PermissionDenied(
+                "You may fork only your own conversations.", code="permission_denied"
+            )
         body = SessionForkSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         forked = rt.fork(run.pk, owner=request.user, title=body.validated_data["title"])

@@ -68,6 +68,9 @@ def test_search_never_shows_another_users_facts_or_sessions(api, other_api, owne
         ({"q": "dog", "limit": "0"}, "limit"),
         ({"q": "dog", "limit": "51"}, "limit"),
         ({"q": "dog", "limit": "-1"}, "limit"),
+        # A digit to Python's str.isdigit, not a number to int().
+        ({"q": "dog", "limit": "²"}, "limit"),
+        ({"q": "dog", "limit": "9" * 40}, "limit"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_parameter(api, session, params, attr):

@@ -160,6 +160,16 @@ def test_an_auditor_who_may_read_a_chat_may_not_speak_in_it(api, chat, how):
     assert Run.objects.count() == 1
 
 
+def test_staff_may_not_fork_another_users_conversation(staff_api, api, chat):
+    run = say(api, chat.id, "echo mine")
+
+    response = staff_api.post(f"/api/v1/runs/{run['id']}/fork/")
+
+    assert response.status_code == 403
+    assert codes(response) == ["permission_denied"]
+    assert not SessionFork.objects.exists()
+
+
 def test_a_redo_that_does_not_fit_the_run_is_a_conflict(api, chat):
     done = say(api, chat.id, "echo done")
     waiting = say(api, chat.id, "ask me for my name")

@@ -5,6 +5,7 @@ conversation is on; what a redo replaced folds away under it and can be shown.""
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 
@@ -45,8 +46,10 @@ def test_retry_regenerate_edit_and_fork(new_context):
     new_chat(page, "Branches")
     runs = page.get_by_test_id("run")
 
-    # A failed answer is retried in its place.
-    failed = send(page, "flaky echo first")
+    # A failed answer is retried in its place. (A flaky message fails the first time
+    # the server sees it: this one is new to it.)
+    flaky = f"flaky echo first {uuid.uuid4().hex[:8]}"
+    failed = send(page, flaky)
     wait_run(failed, "failed")
     failed.get_by_test_id("retry-button").click()
     expect(runs).to_have_count(2)
@@ -55,7 +58,7 @@ def test_retry_regenerate_edit_and_fork(new_context):
     expect(answer(retried)).to_contain_text("first")
     expect(failed).to_be_hidden()
     expect(retried.get_by_test_id("redo-note")).to_contain_text("Retried")
-    assert visible_inputs(page) == ["flaky echo first"]
+    assert visible_inputs(page) == [flaky]
 
     # Regenerate the last answer: the old one folds away, and can be shown again.
     second = send(page, "echo second")
@@ -66,7 +69,7 @@ def test_retry_regenerate_edit_and_fork(new_context):
     regenerated = runs.nth(3)
     wait_run(regenerated, "completed")
     expect(second).to_be_hidden()
-    assert visible_inputs(page) == ["flaky echo first", "echo second"]
+    assert visible_inputs(page) == [flaky, "echo second"]
     regenerated.get_by_test_id("earlier-version").click()
     expect(second).to_be_visible()
     expect(second).to_have_class(re.compile(r"is-off-branch"))
@@ -76,7 +79,7 @@ def test_retry_regenerate_edit_and_fork(new_context):
     # Edit the first message: the conversation continues from the edited one.
     retried.get_by_test_id("edit-button").click()
     box = retried.get_by_test_id("edit-box")
-    expect(box).to_have_value("flaky echo first")
+    expect(box).to_have_value(flaky)
     box.fill("echo edited")
     retried.get_by_test_id("edit-save").click()
     expect(runs).to_have_count(5)

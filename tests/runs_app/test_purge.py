@@ -12,13 +12,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import MemoryScope
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry, MemoryRevision, RevisionAction
 from runs_app import services as run_services
 from runs_app import sessions as run_sessions
 from runs_app.management.commands.purge_sessions import parse_age
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 from sessions_app import services as session_services
 from sessions_app.models import RunEvent, Session
 
@@ -112,6 +113,8 @@ def test_purge_deletes_old_ended_sessions_with_everything_under_them(owner, othe
         "events": old_rows["events"],
         "memory_entries": 2,
         "memory_revisions": 4,
+        "history_summaries": 0,
+        "session_forks": 0,
         "expired_memory_entries": 0,
     }
     assert old_rows["events"] > 10
@@ -171,6 +174,48 @@ def test_rows_elsewhere_that_pointed_at_purged_runs_are_kept_with_the_link_nulle
     assert MemoryEntry.objects.filter(
         session=kept, written_by_run__isnull=False, written_by_tool_call__isnull=False
     ).exists()
+
+
+def test_a_summarised_session_and_its_forks_are_purged_and_forks_elsewhere_kept(owner):
+    old, old_run, _ = _conversation(owner, ended_days_ago=100, runs=2)
+    first = Run.objects.filter(session=old).order_by("created_at").first()
+    run_services.history_summary_record(
+        run_id=old_run.id,
+        through_run_id=first.id,
+        previous_id=None,
+        runs_covered=1,
+        text="Earlier: colours.",
+        model="scripted",
+        usage=Usage(10, 2),
+        latency_ms=1,
+    )
+    # A fork of the old session, still in use: it continues from one of its runs,
+    # and summarised the history it inherited.
+    fork = run_services.session_fork(source_run_id=old_run.id, owner_id=owner.pk)
+    in_fork = run_services.run_create(session_id=fork.id, agent="assistant", input="go on")
+    inherited = run_services.history_summary_record(
+        run_id=in_fork.id,
+        through_run_id=old_run.id,
+        previous_id=None,
+        runs_covered=2,
+        text="Earlier: colours, twice.",
+        model="scripted",
+        usage=Usage(10, 2),
+        latency_ms=1,
+    )
+    # And the old session was itself a fork of one that stays.
+    kept, kept_run, _ = _conversation(owner, ended_days_ago=None)
+    SessionFork.objects.create(session=old, source_session=kept, source_run=kept_run)
+
+    counts = run_sessions.sessions_purge(older_than=90 * DAY)
+
+    assert (counts["sessions"], counts["history_summaries"], counts["session_forks"]) == (1, 2, 1)
+    assert not HistorySummary.objects.filter(pk=inherited.pk).exists()
+    link = SessionFork.objects.get(session=fork)
+    assert (link.source_session_id, link.source_run_id) == (None, None)
+    in_fork.refresh_from_db()
+    assert (in_fork.session_id, in_fork.previous_run_id) == (fork.id, None)
+    assert Run.objects.filter(session=kept).exists()
 
 
 def test_expired_memory_is_purged_and_unexpired_memory_kept(owner, other_user):
@@ -309,6 +354,8 @@ def test_command_deletes_and_prints_the_counts(owner):
         "events": str(events),
         "session memory entries": "2",
         "session memory revisions": "4",
+        "history summaries": "0",
+        "fork links": "0",
         "expired memory entries": "0",
     }
 

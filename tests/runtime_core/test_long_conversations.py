@@ -23,6 +23,7 @@ from goaai.runtime.conversation import ConversationSettings
 from goaai.runtime.errors import ModelError, NotRedoable
 from goaai.runtime.facade import Runtime
 from goaai.runtime.models import ModelRequest, ModelSettings
+from goaai.runtime.tools import TOOLSETS, tool
 from goaai.runtime.types import Branch, ModelReply, RunInfo, Usage
 from goaai.runtime.vocabulary import EventType, RunStatus
 from tests.runtime_core.conftest import ALICE, BOB, Engine
@@ -337,3 +338,60 @@ def test_a_session_longer_than_the_walk_says_what_it_left_out(tester, monkeypatc
     assert [d[0] for d in tester.decisions(runs[3])] == []  # its walk reached the start
     (decision,) = [d for d in tester.decisions(runs[4]) if d[0] == "context_budget"]
     assert "never summarised" in decision[2]
+
+
+def test_an_empty_summary_is_not_kept_and_the_summary_asks_for_no_reasoning(tester, store):
+    conversation = ConversationSettings(context_tokens=2_000)
+    asked: list[ModelRequest] = []
+
+    def script(request: ModelRequest, n: int) -> ModelReply:
+        if request.messages[0].content.startswith("You summarise"):
+            asked.append(request)
+            return ModelReply(text="  ", usage=Usage(800, 0))
+        return ModelReply(text="y" * 1_200, usage=Usage(20, 300))
+
+    model = FakeModel(script)
+    settings = ModelSettings(reasoning_effort="high", max_output_tokens=400)
+    for number in range(6):
+        tester.loop(model, conversation=conversation, model_settings=settings).execute(
+            tester.start(f"message {number}")
+        )
+
+    assert asked
+    assert all(r.settings.reasoning_effort is None for r in asked)
+    limit = budget.input_budget(conversation, settings, None)
+    # The request and the summary it asks for fit the budget together.
+    assert all(_request_tokens(r) + r.settings.max_output_tokens <= limit for r in asked)
+    assert store.summaries(tester.session_id) == []
+
+
+@tool(idempotent=True)
+def report(part: int) -> dict[str, Any]:
+    """A long report."""
+    return {"part": part, "text": "w" * 3_000}
+
+
+def test_a_result_shortened_again_to_fit_keeps_the_way_to_read_it(tester, monkeypatch):
+    monkeypatch.setitem(TOOLSETS, "reports", {"report": replace(report, toolset="reports")})
+    # Three long results in one run, with a budget that holds them only shortened.
+    conversation = ConversationSettings(context_tokens=2_000, tool_result_chars=1_600)
+
+    def script(request: ModelRequest, n: int) -> ModelReply:
+        return call("report", part=n) if n < 3 else say("Done.")
+
+    model = FakeModel(script)
+    run_id = tester.start()
+    info = tester.loop(model, conversation=conversation, toolsets=("reports",)).execute(run_id)
+
+    assert info is not None
+    assert info.status == RunStatus.COMPLETED
+    last = model.requests[-1]
+    limit = budget.input_budget(conversation, ModelSettings(), None)
+    assert _request_tokens(last) <= limit
+    ids = {str(c.id) for c in tester.calls(run_id)}
+    results = [m.content for m in last.messages if m.role == "tool"]
+    assert any(len(r) < 1_000 for r in results)  # shortened below the agent's limit
+    for result in results:
+        pointer = re.search(r'tool_call_id="([^"]+)"', result)
+        assert pointer is not None
+        assert pointer.group(1) in ids

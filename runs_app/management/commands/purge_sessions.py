@@ -25,6 +25,8 @@ _LABELS = {
     "events": "events",
     "memory_entries": "session memory entries",
     "memory_revisions": "session memory revisions",
+    "history_summaries": "history summaries",
+    "session_forks": "fork links",
     "expired_memory_entries": "expired memory entries",
 }
 

@@ -115,15 +115,18 @@ function showError(run, result) {
   run.branchError.hidden = false;
 }
 
-/** POST /runs/{id}/<how>/ once (the button stays disabled while it is sent); the new
- * run arrives on the event stream. */
+/** POST /runs/{id}/<how>/ once: the button stays disabled while it is sent, and
+ * after it was taken (the new run arrives on the event stream, and the branch it
+ * starts decides which buttons show), so a second click redoes nothing twice. */
 async function redo(run, how, control, body) {
   if (control.disabled) return false;
   control.disabled = true;
   run.branchError.hidden = true;
   const result = await api(`runs/${run.id}/${how}/`, { method: "POST", body: body || {} });
-  control.disabled = false;
-  if (!result.ok) showError(run, result);
+  if (!result.ok) {
+    control.disabled = false;
+    showError(run, result);
+  }
   return result.ok;
 }
 
