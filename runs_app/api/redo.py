@@ -85,6 +85,9 @@ class RunRedoViewSet(ScopedViewSet):
 
     owner_lookup = "session__owner"
     conflict_actions = ("retry", "regenerate", "edit", "fork")
+    # Refused to those who may read the conversation and not speak in it, and a
+    # fork to anyone but its owner.
+    forbidden_actions = ("retry", "regenerate", "edit", "fork")
     serializer_class = RunSerializer
     filterset_class = None
     pagination_class = None
