@@ -74,7 +74,8 @@ function updateButtons(run, { onBranch, isHead }) {
   if (!b) return;
   b.regenerate.hidden = !(speaking && onBranch && isHead && ["completed", "canceled"].includes(run.status));
   b.edit.hidden = !(speaking && onBranch && ended);
-  b.fork.hidden = !(config.may.post && onBranch && ended);
+  // A fork copies the conversation into a chat of one's own: the owner's to make.
+  b.fork.hidden = !(config.user.id === config.session.owner.id && onBranch && ended);
   if (b.earlier) b.earlier.hidden = !run.redoes || !state.runs.has(run.redoes.id);
 }
 
