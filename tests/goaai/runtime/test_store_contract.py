@@ -113,6 +113,21 @@ class Harness:
             messages=[{"role": "user", "content": "hello"}],
         )
 
+    def child(self, parent: RunInfo) -> RunInfo:
+        """A run of the assistant that ``parent`` started with a tool call."""
+        return self.store.create_child_run(
+            parent_run_id=parent.id,
+            parent_tool_call_id=self.store.start_tool_call(
+                turn_id=self.turn(parent.id),
+                index=0,
+                request=ToolCallRequest(id="c", name="ask_assistant", arguments={"prompt": "x"}),
+            ),
+            agent="assistant",
+            input="x",
+            labels={},
+            policy={},
+        )
+
     def waiting(self, kind: str = "approval") -> tuple[RunInfo, UUID]:
         """A run that waits for a person, and the tool call it waits on."""
         run = self.claimed()
@@ -1061,18 +1076,7 @@ def test_expired_runs_are_the_top_level_runs_no_live_worker_holds(h):
     h.lose_worker(finished.id)
     h.age(finished.id, 120)
     parent = h.claimed()
-    child = h.store.create_child_run(
-        parent_run_id=parent.id,
-        parent_tool_call_id=h.store.start_tool_call(
-            turn_id=h.turn(parent.id),
-            index=0,
-            request=ToolCallRequest(id="c", name="ask_assistant", arguments={"prompt": "x"}),
-        ),
-        agent="assistant",
-        input="x",
-        labels={},
-        policy={},
-    )
+    child = h.child(parent)
     h.age(child.id, 60)
 
     assert h.store.expired_runs() == [lost.id, released.id, forgotten.id]
@@ -2318,18 +2322,7 @@ def test_runs_called_as_tools_are_not_queued(h):
     parent = h.claimed()
     session = h.store.get_session(parent.session_id)
     queued = h.run(session, "echo later")
-    child = h.store.create_child_run(
-        parent_run_id=parent.id,
-        parent_tool_call_id=h.store.start_tool_call(
-            turn_id=h.turn(parent.id),
-            index=0,
-            request=ToolCallRequest(id="c", name="ask_assistant", arguments={"prompt": "x"}),
-        ),
-        agent="assistant",
-        input="x",
-        labels={},
-        policy={},
-    )
+    child = h.child(parent)
 
     assert (child.multitask, child.queued_behind) == ("", None)
     assert h.store.claim_run(child.id, owner="w1", lease_seconds=LEASE) is not None
