@@ -78,7 +78,7 @@ class MemoryEntry(models.Model):
             models.Index(fields=["scope", "-updated_at"], name="memory_scope_updated"),
             models.Index(fields=["expires_at"], name="memory_expires"),
             # A run is told an owner's most recently updated facts when its message
-            # matches none (goaai.sql.memory_context_rows): one index per scope,
+            # matches none (goaai.sql.memory_ranked_rows): one index per scope,
             # read newest first, whatever the size of the owner's memory.
             models.Index(
                 fields=["session", "-updated_at"],
