@@ -46,6 +46,13 @@ class AgentDefinition(models.Model):
         blank=True,
         help_text="Context budget, tool result size, memory shown, parallel calls, multitask.",
     )
+    mcp_servers = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="MCP servers of this agent, by name, in the shape MCP clients share "
+        '({"time": {"command": "python", "args": ["-m", "mcp_server_time"]}}); its '
+        "toolsets name them as mcp:<name>.",
+    )
     version = models.PositiveIntegerField(default=0, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
