@@ -28,6 +28,9 @@ above, separated by ``;``)
                                                waits for a person's approval
 ``ask the assistant <question>``               calls ``ask_assistant``: a child
                                                run of the ``assistant`` agent
+``call get_current_time {"timezone": "UTC"}``   calls that tool of the agent by name
+(``call <tool> <JSON arguments>``; the         with those arguments (any tool, MCP
+arguments may be left out)                     and caller's tools included)
 ``flaky <any of the above>``                   fails the first time it is asked in
                                                this process (the run fails, to try
                                                Retry), then does as asked
@@ -135,6 +138,10 @@ def _is_arithmetic(text: str) -> bool:
 
 def understand(text: str) -> Intent:
     """Map a user message to the rule it triggers."""
+    # A call by name reads its JSON as written (spaces inside strings kept).
+    called = _call_by_name(text.strip())
+    if called is not None:
+        return called
     message = " ".join(text.strip().split()).rstrip(_TRAILING)
     flaky = re.match(r"^flaky\s+(.+)$", message, re.I)
     if flaky:
@@ -171,6 +178,24 @@ def _ask_assistant(message: str) -> Intent | None:
     if match:
         return Intent(tool="ask_assistant", arguments={"prompt": match.group(1)})
     return None
+
+
+def _call_by_name(message: str) -> Intent | None:
+    match = re.match(r"^call\s+([A-Za-z0-9_.:\-]+)(?:\s+(.*))?$", message, re.I | re.S)
+    if not match:
+        return None
+    name, raw = match.group(1), (match.group(2) or "").strip()
+    if raw and not raw.startswith("{"):
+        return None  # "call me tomorrow" is not a tool call
+    if not raw:
+        return Intent(tool=name, arguments={})
+    try:
+        arguments = json.loads(raw)
+    except ValueError as error:
+        return Intent(reply=f"The arguments for {name} are not JSON ({error.msg}): {raw}")
+    if not isinstance(arguments, dict):
+        return Intent(reply=f"The arguments for {name} must be a JSON object, not {raw}.")
+    return Intent(tool=name, arguments=arguments)
 
 
 def _together(message: str) -> Intent | None:
@@ -345,7 +370,7 @@ def answer(intent: Intent, tool_name: str, outcome: dict[str, Any]) -> str:
         return sentence(intent, result)
     if tool_name.startswith("ask_"):
         return f"The {result.get('agent', tool_name[4:])} agent says: {result.get('answer')}"
-    return f"{tool_name} answered: {result}"
+    return f"{tool_name} answered: {json.dumps(result, ensure_ascii=False, default=str)}"
 
 
 # What each tool's result becomes, given the intent that called it.

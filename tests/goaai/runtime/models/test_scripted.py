@@ -262,3 +262,53 @@ def test_the_scripted_model_is_chosen_by_name():
     assert isinstance(get_model_client("scripted", {}), ScriptedModel)
     with pytest.raises(Exception, match="No model client for 'gpt-9'"):
         get_model_client("gpt-9", {})
+
+
+def test_call_by_name_asks_for_that_tool_with_its_json_arguments():
+    reply = ScriptedModel().complete(
+        _request(Message(role="user", content='call echo {"text": "two  spaces"}'))
+    )
+
+    assert reply.tool_calls == (
+        ToolCallRequest(id="call_1", name="echo", arguments={"text": "two  spaces"}),
+    )
+
+
+def test_call_by_name_of_a_tool_the_agent_lacks_says_so():
+    reply = ScriptedModel().complete(_request(Message(role="user", content="call launch_rocket")))
+
+    assert reply.tool_calls == ()
+    assert reply.text == "I would use the launch_rocket tool for that, but I don't have it here."
+
+
+@pytest.mark.parametrize(
+    ("text", "reply"),
+    [
+        ("call echo {text", "The arguments for echo are not JSON"),
+        ('call echo {"text": 1} [2]', "The arguments for echo are not JSON"),
+    ],
+)
+def test_call_by_name_with_arguments_that_are_not_a_json_object_says_so(text, reply):
+    answer = ScriptedModel().complete(_request(Message(role="user", content=text)))
+
+    assert answer.tool_calls == ()
+    assert answer.text.startswith(reply)
+
+
+def test_call_in_a_sentence_is_not_a_tool_call():
+    assert understand("call me tomorrow").tool == ""
+
+
+def test_a_tool_without_a_sentence_of_its_own_is_answered_with_its_json_result():
+    outcome = ToolOutcome(result={"timezone": "Europe/Rome", "is_dst": False})
+
+    reply = ScriptedModel().complete(
+        _after_tool(
+            'call get_current_time {"timezone": "Europe/Rome"}',
+            "get_current_time",
+            {"timezone": "Europe/Rome"},
+            outcome,
+        )
+    )
+
+    assert reply.text == 'get_current_time answered: {"timezone": "Europe/Rome", "is_dst": false}'
