@@ -266,7 +266,8 @@ def agent_ids() -> list[str]:
 
 
 def tool_names() -> list[str]:
-    return [name for agent in rt.agents.all() for name in rt.agents.tools_of(agent)]
+    # An MCP server that cannot be reached leaves its tools out of the filter.
+    return [name for agent in rt.agents.all() for name in rt.agents.tools_of(agent, unavailable={})]
 
 
 # Exports

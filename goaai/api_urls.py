@@ -20,6 +20,7 @@ from runs_app.api.views import (
 )
 from sessions_app.api import sse
 from sessions_app.api.views import ApiTokenViewSet, SessionViewSet
+from sessions_app.api.webhooks import WebhookDeliveryViewSet, WebhookEndpointViewSet
 
 router = SimpleRouter()
 router.register("sessions", SessionViewSet, basename="session")
@@ -28,6 +29,8 @@ router.register("turns", TurnViewSet, basename="turn")
 router.register("tool-calls", ToolCallViewSet, basename="tool-call")
 router.register("memory", MemoryViewSet, basename="memory")
 router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
+router.register("webhooks/deliveries", WebhookDeliveryViewSet, basename="webhook-delivery")
+router.register("webhooks", WebhookEndpointViewSet, basename="webhook")
 
 app_name = "api"
 

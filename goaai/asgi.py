@@ -1,6 +1,8 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels."""
+"""ASGI entry point: HTTP through Django (``/mcp`` through the MCP server),
+WebSockets through Channels."""
 
 import os
+from typing import Any
 
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.core.asgi import get_asgi_application
@@ -13,12 +15,27 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
 from goaai.body_limit import BodyLimit  # noqa: E402
+from runs_app.mcp.app import application as mcp_application  # noqa: E402
 from sessions_app.api.authentication import WebSocketTokenMiddleware  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
+# The MCP server (runs_app.mcp) answers /mcp itself; everything else is Django's.
+MCP_PATHS = frozenset({"/mcp", "/mcp/"})
+_django_http = BodyLimit(django_asgi_app)
+_mcp_http = BodyLimit(mcp_application)
+
+
+async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """HTTP: ``/mcp`` to the MCP server, every other path to Django."""
+    if scope.get("path") in MCP_PATHS:
+        await _mcp_http(scope, receive, send)
+    else:
+        await _django_http(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        "http": http_application,
         # Origins are checked by the consumers, which close with a documented code.
         "websocket": AuthMiddlewareStack(
             WebSocketTokenMiddleware(URLRouter(websocket_urlpatterns))
@@ -30,3 +47,8 @@ application = ProtocolTypeRouter(
 from goaai.runtime import rt  # noqa: E402
 
 rt.start_background()
+
+# And sends the webhook deliveries that fall due (sessions_app.webhooks).
+from sessions_app.webhooks import dispatcher  # noqa: E402
+
+dispatcher.start()

@@ -130,3 +130,42 @@ def env_database(name: str, default: str) -> dict[str, Any]:
             options.setdefault("prepare_threshold", 5)
     config["OPTIONS"] = options
     return config
+
+
+# The OTLP protocol goaai's exporters speak (opentelemetry-exporter-otlp-proto-http).
+_OTLP_PROTOCOL = "http/protobuf"
+
+
+def env_otlp_endpoint(signal: str) -> str:
+    """Where OpenTelemetry's ``signal`` (``traces`` or ``metrics``) is exported over
+    OTLP/HTTP, by the standard variables, or ``""`` for not at all.
+
+    ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` is the full URL;
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` a base URL to which ``/v1/<signal>`` is added.
+    Neither set, ``OTEL_SDK_DISABLED=true`` or ``OTEL_<SIGNAL>_EXPORTER=none``: no
+    export. A protocol other than http/protobuf is a configuration error rather
+    than a collector silently receiving nothing."""
+    upper = signal.upper()
+    if env_bool("OTEL_SDK_DISABLED", default=False):
+        return ""
+    if os.environ.get(f"OTEL_{upper}_EXPORTER", "").strip().lower() == "none":
+        return ""
+    specific = os.environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "").strip()
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    endpoint = specific or (f"{base.rstrip('/')}/v1/{signal}" if base else "")
+    if not endpoint:
+        return ""
+    for name in (f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = os.environ.get(name, "").strip()
+        if protocol:
+            if protocol != _OTLP_PROTOCOL:
+                raise ImproperlyConfigured(
+                    f"{name}: goaai exports OTLP over {_OTLP_PROTOCOL} only, not {protocol!r}"
+                )
+            break
+    parsed = urlsplit(endpoint)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"The OTLP {signal} endpoint must be an http(s) URL, not {endpoint!r}"
+        )
+    return endpoint

@@ -19,5 +19,6 @@ def runtime_config() -> RuntimeConfig:
         reaper_interval=settings.GOAAI_REAPER_INTERVAL,
         label_rules=list(settings.GOAAI_LABEL_RULES),
         profiles=settings.GOAAI_MODEL_PROFILES,
+        mcp_servers=settings.GOAAI_MCP_SERVERS,
         memory_embeddings=settings.GOAAI_MEMORY_EMBEDDINGS,
     )

@@ -16,7 +16,16 @@ from urllib.parse import urlsplit
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from goaai.env import env_bool, env_database, env_int, env_json, env_list, env_origin, env_str
+from goaai.env import (
+    env_bool,
+    env_database,
+    env_int,
+    env_json,
+    env_list,
+    env_origin,
+    env_otlp_endpoint,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -265,6 +274,12 @@ GOAAI_REAPER_INTERVAL = env_int("GOAAI_REAPER_INTERVAL", 15)
 # "http://127.0.0.1:11434/v1", "api_key_env": "OLLAMA_API_KEY"}}. A key is needed
 # only by agents using that profile (the scripted model needs none).
 GOAAI_MODEL_PROFILES: dict[str, Any] = env_json("GOAAI_MODEL_PROFILES", {})
+# MCP servers whose tools agents may use (toolset "mcp:<name>"), in the JSON shape
+# MCP clients share: {"time": {"command": "python", "args": ["-m", "mcp_server_time"]}}
+# for a server goaai starts, {"docs": {"url": "https://host/mcp", "headers": {}}} for
+# one reached over streamable HTTP; "trusted": true lets its tools run without a
+# person's approval, "timeout_seconds" bounds each call (30 by default).
+GOAAI_MCP_SERVERS: dict[str, Any] = env_json("GOAAI_MCP_SERVERS", {})
 # Memory ranked by meaning as well as by its words: an embedding model of one of those
 # profiles ("<profile>:<model>", a profile of kind openai), e.g. "local:nomic-embed-text".
 # Unset: full-text ranking alone.
@@ -286,6 +301,29 @@ GOAAI_LABEL_RULES = env_json(
 # Monitoring (runs_app.metrics): /metrics answers clients on the loopback interface,
 # or, when this is set, only requests with "Authorization: Bearer <this secret>".
 GOAAI_METRICS_TOKEN = env_str("GOAAI_METRICS_TOKEN")
+# OpenTelemetry (runs_app.telemetry): GenAI traces and metrics of every run, exported
+# over OTLP/HTTP only when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or the
+# traces/metrics-specific variable) is set. The exporters read the other standard
+# variables themselves (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION,
+# OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*, OTEL_METRIC_EXPORT_INTERVAL).
+GOAAI_OTEL_TRACES_ENDPOINT = env_otlp_endpoint("traces")
+GOAAI_OTEL_METRICS_ENDPOINT = env_otlp_endpoint("metrics")
+# Prompts, replies, tool arguments and results go on the spans only when asked
+# (the GenAI conventions' opt-in): they are the users' data.
+GOAAI_OTEL_CAPTURE_CONTENT = env_bool(
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", default=False
+)
+
+# Webhooks (sessions_app.webhooks). A URL whose host resolves to a private, loopback,
+# link-local or otherwise non-public address is refused, unless it is within one of
+# these networks (CIDRs, "10.0.0.0/8") or is one of these host names.
+GOAAI_WEBHOOK_ALLOWED_NETWORKS: list[str] = env_list("GOAAI_WEBHOOK_ALLOWED_NETWORKS")
+# How long one attempt waits for the receiver's answer.
+GOAAI_WEBHOOK_TIMEOUT_SECONDS = env_int("GOAAI_WEBHOOK_TIMEOUT_SECONDS", 10)
+# How often each server and worker looks for deliveries that are due (a delivery
+# made in the same process goes out at once), and how many it sends at a time.
+GOAAI_WEBHOOK_POLL_SECONDS = env_int("GOAAI_WEBHOOK_POLL_SECONDS", 5)
+GOAAI_WEBHOOK_SENDERS = env_int("GOAAI_WEBHOOK_SENDERS", 4)
 
 # The REST API (goaai.api): session login for the browser, API tokens for integrations.
 REST_FRAMEWORK = {

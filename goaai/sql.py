@@ -598,7 +598,7 @@ def memory_ranked_rows(
     entry_model: type[models.Model],
     embedding_model: type[models.Model],
     *,
-    session_id: UUID,
+    session_id: UUID | None,
     owner_id: int,
     agent: str,
     terms: Sequence[str],
@@ -613,7 +613,8 @@ def memory_ranked_rows(
     ``embedder`` embedding is nearest ``vector`` (sqlite-vec; pgvector, or the dot
     product of the stored arrays without it), and at most ``recent`` of the most
     recently updated. Only entries the session reads and no more specific scope
-    hides are candidates.
+    hides are candidates. With no session (``None``), the candidates are those of
+    the user ``owner_id``, of ``agent`` and the global ones.
 
     Each ranking is read through an index: the full-text index, the owners' (owner,
     key) and (owner, updated_at) indexes, so the cost follows what matches and the

@@ -14,3 +14,5 @@ STORAGES = {
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 # Tests start reapers themselves when they want one.
 GOAAI_REAPER_INTERVAL = 0
+# Tests send due webhook deliveries themselves (sessions_app.webhooks.delivery).
+GOAAI_WEBHOOK_POLL_SECONDS = 0

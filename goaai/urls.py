@@ -5,6 +5,7 @@ from django.urls import include, path
 
 from goaai.health import healthz, readyz
 from runs_app.metrics import MetricsView
+from sessions_app.views import webhook_settings
 
 admin.site.site_header = "goaai operations"
 admin.site.site_title = "goaai"
@@ -17,8 +18,12 @@ urlpatterns = [
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("goaai.api_urls")),
+    # OpenAI-compatible serving of the agents (its contract is OpenAI's, outside
+    # the /api/v1/ schema).
+    path("v1/", include("runs_app.openai_api.urls")),
     # Django's login and logout (logout by POST), password change and reset.
     path("accounts/", include("django.contrib.auth.urls")),
+    path("settings/webhooks/", webhook_settings, name="webhook-settings"),
     path("", include("runs_app.urls")),
 ]
 

@@ -135,11 +135,17 @@ def _query_vector(embedder: Embedder | None, query: str) -> list[float] | None:
 
 
 def _ranked(
-    *, session_id: UUID, query: str, limit: int, recent: int
+    *,
+    session_id: UUID | None,
+    owner_id: int,
+    agent: str,
+    query: str,
+    limit: int,
+    recent: int,
 ) -> tuple[list[Fact], list[Fact]]:
-    """The session's facts relevant to ``query``, best first (full-text and vector
-    rankings fused), and its ``recent`` most recently updated facts."""
-    owner_id, agent = _owner(session_id)
+    """The facts relevant to ``query`` of the session (or, with no session, of the
+    user ``owner_id`` and of ``agent``), best first (full-text and vector rankings
+    fused), and the ``recent`` most recently updated ones."""
     embedder = vectors.embedder()
     vector = _query_vector(embedder, query)
     found = sql.memory_ranked_rows(
@@ -175,12 +181,49 @@ def memory_context(*, session_id: UUID, query: str, budget: int) -> tuple[Fact, 
     if budget <= 0:
         return ()
     limit = candidate_limit(budget)
-    relevant, recent = _ranked(session_id=session_id, query=query, limit=limit, recent=limit)
+    owner_id, agent = _owner(session_id)
+    relevant, recent = _ranked(
+        session_id=session_id,
+        owner_id=owner_id,
+        agent=agent,
+        query=query,
+        limit=limit,
+        recent=limit,
+    )
     return choose_facts(relevant, recent, budget)
 
 
 def memory_search(*, session_id: UUID, query: str, limit: int = 5) -> list[Fact]:
     """At most ``limit`` facts the session reads that match ``query``, best first,
     as (scope, key, value): ranked as :func:`memory_context` ranks relevant ones."""
-    relevant, _ = _ranked(session_id=session_id, query=query, limit=limit, recent=0)
+    owner_id, agent = _owner(session_id)
+    relevant, _ = _ranked(
+        session_id=session_id, owner_id=owner_id, agent=agent, query=query, limit=limit, recent=0
+    )
     return relevant[:limit]
+
+
+def memory_search_user(*, user_id: int, query: str, limit: int = 5) -> list[Fact]:
+    """At most ``limit`` facts outside any session that match ``query``, best first,
+    as (scope, key, value): the user's own and the global ones (a user entry hiding
+    the global one of the same key), ranked as :func:`memory_search` ranks them."""
+    relevant, _ = _ranked(
+        session_id=None, owner_id=user_id, agent="", query=query, limit=limit, recent=0
+    )
+    return relevant[:limit]
+
+
+def memory_resolve_user(*, key: str, user_id: int, agent: str = "") -> MemoryEntry | None:
+    """The entry read for ``key`` outside any session: the user's own, else
+    ``agent``'s (when one is named), else the global one. Expired entries are
+    skipped. One indexed query for the (at most three) candidates."""
+    where = Q(scope=MemoryScope.USER, user_id=user_id) | Q(scope=MemoryScope.GLOBAL)
+    if agent:
+        where |= Q(scope=MemoryScope.AGENT, agent=agent)
+    found = {
+        entry.scope: entry for entry in MemoryEntry.objects.filter(where, unexpired(), key=key)
+    }
+    for scope in (MemoryScope.USER, MemoryScope.AGENT, MemoryScope.GLOBAL):
+        if scope in found:
+            return found[scope]
+    return None

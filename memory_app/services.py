@@ -23,10 +23,12 @@ from goaai.runtime import payloads
 from goaai.runtime.embeddings import EmbeddingError
 from goaai.runtime.errors import InvalidMemoryScope, MemoryConflict
 from goaai.runtime.memory_ranking import fact_text
+from goaai.runtime.vocabulary import MemoryScope, WebhookEvent
 from memory_app import vectors
 from memory_app.models import MemoryEmbedding, MemoryEntry, MemoryRevision, RevisionAction
 from memory_app.selectors import owner_filter
 from sessions_app.eventlog import EventBatch, recording
+from sessions_app.webhooks.outbox import webhook_enqueue
 
 MAX_KEY_LENGTH = 200
 
@@ -194,6 +196,7 @@ def memory_store(
                         ),
                         run_id=written_by_run_id,
                     )
+                _announce(entry, action, entry.version, writer, batch)
         except _Raced as lost:
             # Only an unconditional write gets here twice: it tries again on
             # top of what the other writer wrote (both are kept as revisions).
@@ -270,6 +273,7 @@ def memory_delete(
             )
         entry_id = entry.pk
         _revise(entry, RevisionAction.DELETED, entry.version + 1, writer)
+        _announce(entry, RevisionAction.DELETED, entry.version + 1, writer, batch)
         entry.delete()
         if batch is not None:
             batch.add(
@@ -277,6 +281,48 @@ def memory_delete(
                 run_id=written_by_run_id,
             )
     return True
+
+
+def _announce(
+    entry: MemoryEntry,
+    action: str,
+    version: int,
+    writer: dict[str, Any],
+    batch: EventBatch | None,
+) -> None:
+    """Queue the ``memory.changed`` webhook message of a write, in its transaction.
+
+    It goes to the endpoints of the user the entry belongs to: the session's owner,
+    or the user of a user entry. Agent and global entries belong to no one: their
+    changes go to the user whose run (the session's owner) or request wrote them.
+    Expired entries removed by the purge are not announced.
+    """
+    if entry.scope == MemoryScope.USER:
+        owner_id = entry.user_id
+    elif batch is not None:
+        owner_id = batch.session_owner_id
+    else:
+        owner_id = writer["user_id"]
+    if owner_id is None:
+        return
+    deleted = action == RevisionAction.DELETED
+    webhook_enqueue(
+        owner_id=owner_id,
+        type=WebhookEvent.MEMORY_CHANGED,
+        at=timezone.now(),
+        data={
+            "entry": str(entry.pk),
+            "key": entry.key,
+            "scope": entry.scope,
+            "session": str(entry.session_id) if entry.session_id else None,
+            "user": entry.user_id,
+            "agent": entry.agent,
+            "action": action,
+            "version": version,
+            "value": None if deleted else entry.value,
+            "written_by": {k: str(v) if isinstance(v, UUID) else v for k, v in writer.items()},
+        },
+    )
 
 
 def _purge(expired: list[MemoryEntry]) -> None:

@@ -9,16 +9,18 @@ versions are read-only, for audit.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from goaai.admin_base import ReadOnlyAdmin
 from goaai.runtime import rt
+from goaai.runtime.agents import Agent
 from goaai.runtime.config import ConfigError
 from runs_app import agents as agent_services
 from runs_app.models import AgentDefinition, AgentVersion
@@ -36,7 +38,16 @@ class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
             "timeout_seconds, retry_attempts, retry_seconds.",
             "conversation": "A JSON object: context_tokens, tool_result_chars, memory_tokens, "
             "parallel_tool_calls, multitask (enqueue, reject or interrupt).",
+            "mcp_servers": "A JSON object of MCP servers by name, named in the toolsets as "
+            'mcp:<name>: {"time": {"command": "python", "args": ["-m", "mcp_server_time"], '
+            '"trusted": true}} for a server goaai starts (superusers only), {"docs": {"url": '
+            '"https://host/mcp", "headers": {}}} for one over streamable HTTP. Settings: '
+            "trusted (no approval needed), timeout_seconds, startup_seconds, tools.",
         }
+
+    # The person saving; set by the admin (only a superuser may declare a server
+    # goaai starts as a command).
+    user: Any = None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -46,6 +57,11 @@ class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
             return data
         definition = {"id": agent_id, **{name: data.get(name) for name in _present(data)}}
         try:
+            agent_services.check_commands(
+                self.instance.mcp_servers if self.instance.pk else {},
+                data.get("mcp_servers"),
+                superuser=bool(self.user and self.user.is_superuser),
+            )
             agent_services.check_definition(
                 {**self.instance.as_definition(), **definition} if self.instance.pk else definition
             )
@@ -66,6 +82,7 @@ class AgentDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["agent", "description", "system_prompt"]
     list_select_related = ["updated_by"]
     readonly_fields = [
+        "tools",
         "version",
         "versions",
         "created_by",
@@ -78,6 +95,46 @@ class AgentDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # The id is chosen once; runs name their agent by it.
         fields = list(super().get_readonly_fields(request, obj))
         return [*fields, "agent"] if obj is not None else fields
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        # A form class per request: the user is the one who saves with it.
+        return type(form.__name__, (form,), {"user": request.user})
+
+    @admin.display(description="Tools")
+    def tools(self, obj: AgentDefinition) -> str:
+        """The tools the agent is offered, MCP servers' as they list them now (a
+        server that cannot be reached is said so, within its startup time)."""
+        if not obj.pk:
+            return "-"
+        try:
+            agent = Agent.from_dict(obj.as_definition())
+        except ConfigError as exc:
+            return str(exc)
+        unavailable: dict[str, str] = {}
+        tools = rt.agents.tools_of(agent, unavailable=unavailable)
+        rows = format_html_join(
+            "",
+            "<li><code>{}</code> ({}{}): {}<pre>{}</pre></li>",
+            (
+                (
+                    tool.name,
+                    tool.toolset,
+                    ", needs approval"
+                    if agent.policy.needs_approval(tool.name, tool.requires_approval)
+                    else "",
+                    tool.description,
+                    json.dumps(tool.json_schema(), indent=2),
+                )
+                for tool in sorted(tools.values(), key=lambda t: t.name)
+            ),
+        )
+        notes = format_html_join(
+            "", "<li><strong>{}</strong>: {}</li>", sorted(unavailable.items())
+        )
+        return format_html("<ul>{}</ul><ul>{}</ul>", rows, notes)
 
     @admin.display(description="Versions")
     def versions(self, obj: AgentDefinition) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
@@ -30,7 +31,11 @@ EDITABLE_FIELDS = (
     "policy",
     "model_settings",
     "conversation",
+    "mcp_servers",
 )
+# What an agent's MCP servers show of their env and headers to those who may not
+# edit the agent: they often hold keys.
+HIDDEN = "********"
 # Attempts at numbering a new version while other processes number theirs.
 _NUMBERING_ATTEMPTS = 5
 
@@ -65,15 +70,20 @@ def agent_save(agent_id: str, changes: dict[str, Any], *, by: int | None) -> Age
         row = AgentDefinition.objects.select_for_update().filter(agent=agent_id).first()
         if row is None:
             row = AgentDefinition(agent=agent_id, created_by_id=by)
+        old_servers = row.mcp_servers
         for name, value in changes.items():
             if name not in EDITABLE_FIELDS:
                 raise ConfigError(f"{name}: not a field of an agent that can be changed.")
             setattr(row, name, value)
+        row.mcp_servers = _keep_hidden(old_servers, row.mcp_servers)
+        # Without a person (``by`` None) it is goaai's own code that saves.
+        check_commands(old_servers, row.mcp_servers, superuser=by is None or _is_superuser(by))
         agent = check_definition(row.as_definition())
         # Stored as the runtime reads it: defaults filled in, lists without repeats.
         normal = agent.as_dict()
         for name in EDITABLE_FIELDS:
-            setattr(row, name, normal[name])
+            # An agent without MCP servers leaves them out of its definition.
+            setattr(row, name, normal.get(name, {}))
         latest = (
             AgentVersion.objects.filter(agent=agent_id)
             .order_by("-number")
@@ -86,6 +96,74 @@ def agent_save(agent_id: str, changes: dict[str, Any], *, by: int | None) -> Age
         row.updated_by_id = by
         row.save()
     return row
+
+
+def _is_superuser(user_id: int | None) -> bool:
+    return (
+        user_id is not None
+        and get_user_model().objects.filter(pk=user_id, is_superuser=True, is_active=True).exists()
+    )
+
+
+def redacted(definition: dict[str, Any]) -> dict[str, Any]:
+    """``definition`` with the values of its MCP servers' env and headers hidden."""
+    servers = definition.get("mcp_servers")
+    if not isinstance(servers, dict) or not servers:
+        return definition
+    shown = {}
+    for name, server in servers.items():
+        server = dict(server) if isinstance(server, dict) else server
+        for secret in ("env", "headers"):
+            if isinstance(server, dict) and isinstance(server.get(secret), dict):
+                server[secret] = dict.fromkeys(server[secret], HIDDEN)
+        shown[name] = server
+    return {**definition, "mcp_servers": shown}
+
+
+def _commands(servers: Any) -> list[Any]:
+    """The MCP servers of ``servers`` that goaai starts as a command."""
+    if not isinstance(servers, dict):
+        return []
+    return [
+        [name, server]
+        for name, server in sorted(servers.items())
+        if isinstance(server, dict) and server.get("command")
+    ]
+
+
+def check_commands(old: Any, new: Any, *, superuser: bool) -> None:
+    """:class:`ConfigError` unless the MCP servers ``new`` starts as commands are
+    among those of ``old`` or a superuser declares them: such a server runs a
+    program on goaai's machines."""
+    if superuser:
+        return
+    before = _commands(old)
+    if any(command not in before for command in _commands(new)):
+        raise ConfigError(
+            "mcp_servers: only a superuser may declare an MCP server that goaai starts "
+            "as a command; declare it by url, or ask a superuser."
+        )
+
+
+def _keep_hidden(old: Any, new: Any) -> Any:
+    """``new`` MCP servers, with each env or header value still shown hidden (as
+    read back from the API) restored from ``old``."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return new
+    kept = {}
+    for name, server in new.items():
+        before = old.get(name)
+        if isinstance(server, dict) and isinstance(before, dict):
+            server = dict(server)
+            for secret in ("env", "headers"):
+                values, previous = server.get(secret), before.get(secret)
+                if isinstance(values, dict) and isinstance(previous, dict):
+                    server[secret] = {
+                        key: previous.get(key, value) if value == HIDDEN else value
+                        for key, value in values.items()
+                    }
+        kept[name] = server
+    return kept
 
 
 def version_for(definition: dict[str, Any]) -> AgentVersion:

@@ -10,23 +10,14 @@ class RunsAppConfig(AppConfig):
     def ready(self) -> None:
         # The runtime is plain Python; this is where goaai's Django project wires it
         # in: its config from the settings, the ORM store, and Celery as an executor.
-        from django.core.exceptions import ImproperlyConfigured
-
         from goaai.model_limits import model_limits
         from goaai.runtime import rt
-        from goaai.runtime.agents import check_agents
-        from goaai.runtime.config import ConfigError
         from goaai.runtime_settings import runtime_config
         from runs_app.agents import DatabaseAgents
         from runs_app.store import OrmRunStore
         from runs_app.tasks import CeleryExecutor
 
-        # A bad model profile or agent stops the process here, with its name, not
-        # with errors on the first run that needs it.
-        try:
-            check_agents(runtime_config())
-        except ConfigError as exc:
-            raise ImproperlyConfigured(f"goaai cannot start: {exc}") from exc
+        self.check_runtime()
         rt.install(
             config=runtime_config,
             store=OrmRunStore,
@@ -34,3 +25,19 @@ class RunsAppConfig(AppConfig):
             limits=model_limits,
             agents=DatabaseAgents(),
         )
+
+    @staticmethod
+    def check_runtime() -> None:
+        """Stop the process, with its name, at a bad model profile, MCP server or
+        agent (one naming an MCP server that is not declared): not with errors on
+        the first run that needs it."""
+        from django.core.exceptions import ImproperlyConfigured
+
+        from goaai.runtime.agents import check_agents
+        from goaai.runtime.config import ConfigError
+        from goaai.runtime_settings import runtime_config
+
+        try:
+            check_agents(runtime_config())
+        except ConfigError as exc:
+            raise ImproperlyConfigured(f"goaai cannot start: {exc}") from exc

@@ -82,6 +82,7 @@ class AgentDefinition(models.Model):
             "policy": self.policy,
             "model_settings": self.model_settings,
             "conversation": self.conversation,
+            "mcp_servers": self.mcp_servers,
         }
 
 
@@ -212,6 +213,15 @@ class Run(models.Model):
     # NULL (not "") when absent, so the unique constraint ignores keyless runs.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True)
+    # What the caller gave the run beside its message, through the OpenAI-compatible
+    # endpoint: tools it executes itself ({name, description, parameters}) and its
+    # own instructions (its system messages). See goaai.runtime.tools.client.
+    client_tools = models.JSONField(default=list, blank=True)
+    instructions = models.TextField(blank=True)
+    # A digest of the conversation an OpenAI-compatible client sent, up to and
+    # including this run's message: a client that resends the whole conversation
+    # is found again in this run's session (runs_app.openai_api.conversation).
+    conversation_digest = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -235,6 +245,12 @@ class Run(models.Model):
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            # Only runs started through the OpenAI-compatible endpoint have a digest.
+            models.Index(
+                fields=["conversation_digest", "-created_at"],
+                name="run_conversation_digest",
+                condition=~models.Q(conversation_digest=""),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

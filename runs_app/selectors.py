@@ -282,3 +282,28 @@ def session_next_queued(*, session_id: UUID) -> UUID | None:
 def run_for_idempotency_key(*, session_id: UUID, key: str) -> Run | None:
     """The run created in the session with this ``Idempotency-Key``, if any."""
     return Run.objects.filter(session_id=session_id, idempotency_key=key).first()
+
+
+def run_trace_root(*, run: Run) -> UUID:
+    """The top-level run above ``run`` (``run`` itself when a person started it): the
+    run whose id names the trace that holds it and every run below it."""
+    root, parent_id = run.pk, run.parent_run_id
+    for _ in range(10):
+        if parent_id is None:
+            break
+        root = parent_id
+        parent_id = Run.objects.filter(pk=parent_id).values_list("parent_run_id", flat=True).first()
+    return root
+
+
+def run_trace_steps(*, run_id: UUID, with_content: bool = False) -> list[Turn]:
+    """A run's turns in order with their tool calls in order, as telemetry reads them:
+    without the messages, replies, arguments and results unless ``with_content``
+    (they are the largest columns and telemetry leaves them out by default)."""
+    calls = ToolCall.objects.order_by("index")
+    turns = Turn.objects.filter(run_id=run_id).order_by("index")
+    if not with_content:
+        calls = calls.defer("arguments", "result")
+        turns = turns.defer("request_messages", "response_text", "response_tool_calls")
+    turns = turns.defer("reasoning", "reasoning_state")
+    return list(turns.prefetch_related(Prefetch("tool_calls", queryset=calls)))

@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -33,6 +34,7 @@ from goaai.runtime.errors import (
 )
 from goaai.runtime.policy import Decision
 from goaai.runtime.questions import Question
+from goaai.runtime.tools.client import awaited_outputs
 from goaai.runtime.types import USAGE_KINDS, Branch, Usage, known_cost
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
@@ -46,7 +48,7 @@ from goaai.runtime.vocabulary import (
     ToolCallStatus,
     sources_of,
 )
-from runs_app import pricing, selectors
+from runs_app import pricing, selectors, telemetry
 from runs_app.metrics import observe_model_latency
 from runs_app.models import AgentVersion, HistorySummary, Run, SessionFork, ToolCall, Turn
 from sessions_app import services as session_services
@@ -123,8 +125,13 @@ def run_create(
     agent_version: AgentVersion | None = None,
     branch: Branch | None = None,
     multitask: str = Multitask.ENQUEUE,
+    client_tools: Sequence[dict[str, Any]] = (),
+    instructions: str = "",
 ) -> Run:
     """Create a pending run in an active session (:class:`SessionEnded` otherwise).
+
+    ``client_tools`` and ``instructions`` are what an OpenAI-compatible caller gave
+    the run beside its message (tools it executes itself, its system messages).
 
     ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
     as a ``policy.decision`` event of the new run. ``agent_version`` is the version
@@ -171,6 +178,8 @@ def run_create(
             agent_version=agent_version,
             agent_version_number=agent_version.number if agent_version else None,
             multitask=Multitask(multitask) if ahead else "",
+            client_tools=[dict(spec) for spec in client_tools],
+            instructions=instructions,
         )
         try:
             sql.insert(run)
@@ -310,6 +319,8 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
         ),
         run_id=run_id,
     )
+    # Its spans and metrics come from the committed record (runs_app.telemetry).
+    transaction.on_commit(partial(telemetry.run_ended, run_id=run_id), robust=True)
     return run
 
 
@@ -406,10 +417,12 @@ def run_await_input(
     choices: Sequence[str] = (),
     multiple: bool = False,
     child_run_id: UUID | None = None,
+    tool_call_ids: Sequence[UUID] = (),
 ) -> Run:
     """``running`` → ``awaiting_input``: a tool needs approval, the agent asks a
-    question (offering ``choices``, one or ``multiple`` to pick, if any), or an
-    agent it called waits for a person (``child_run_id``). The worker's lease is
+    question (offering ``choices``, one or ``multiple`` to pick, if any), an
+    agent it called waits for a person (``child_run_id``), or the caller is to run
+    its own tools (``tool_call_ids``, kind ``client_tool``). The worker's lease is
     released: nobody executes a waiting run."""
     with recording(run_id, of=Run, expect=1) as batch:
         awaiting = payloads.awaiting(
@@ -419,6 +432,7 @@ def run_await_input(
             choices=choices,
             multiple=multiple,
             child_run=child_run_id,
+            tool_calls=tool_call_ids,
         )
         run = _transition(
             batch,
@@ -526,6 +540,38 @@ def run_respond(
                     error_message="Denied" + (f": {reason}" if reason else "."),
                 )
         return _resume(batch, run, answered=kind)
+
+
+def run_submit_tool_outputs(
+    *, run_id: UUID, outputs: Mapping[UUID, Any], submitted_by_id: int | None = None
+) -> Run:
+    """Record the caller's results for the calls of its own tools a run waits on
+    (``awaiting.kind`` ``client_tool``): every one of them at once, each ending
+    succeeded with its result and answered by ``submitted_by_id``. The run becomes
+    ``running`` again, ready to be claimed.
+
+    :class:`~goaai.runtime.errors.InvalidAnswer` naming calls left out or not
+    waited on, :class:`IllegalTransition` if the run does not wait for the
+    caller's tools; nothing is recorded then."""
+    with recording(run_id, of=Run) as batch:
+        run = Run.objects.get(pk=run_id)
+        awaiting = run.awaiting or {}
+        if run.status != RunStatus.AWAITING_INPUT or awaiting.get("kind") != (
+            AwaitingKind.CLIENT_TOOL
+        ):
+            raise IllegalTransition(run_id, run.status, "given the caller's tool results")
+        for call_id, result in awaited_outputs(awaiting, outputs):
+            call = _tool_call(call_id)
+            _tool_call_decide(batch, call, "answered", "", submitted_by_id, record_reason=False)
+            _tool_call_end(batch, call, ToolCallStatus.SUCCEEDED, result=result)
+        return _resume(batch, run, answered=AwaitingKind.CLIENT_TOOL)
+
+
+def run_record_conversation(*, run_id: UUID, digest: str) -> None:
+    """Record the digest of the conversation an OpenAI-compatible client sent up
+    to and including the run's message, by which its next request finds the run's
+    session (:mod:`runs_app.openai_api.conversation`)."""
+    Run.objects.filter(pk=run_id).update(conversation_digest=digest)
 
 
 def run_settle_child(*, child_run_id: UUID) -> UUID | None:

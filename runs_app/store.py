@@ -6,7 +6,7 @@ loop's records are the same rows, events and checks the API and admin produce.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -163,8 +163,12 @@ class OrmRunStore:
         definition: dict[str, Any] | None = None,
         multitask: str = Multitask.ENQUEUE,
         branch: Branch | None = None,
+        client_tools: Sequence[dict[str, Any]] = (),
+        instructions: str = "",
     ) -> RunInfo:
         run = services.run_create(
+            client_tools=client_tools,
+            instructions=instructions,
             branch=branch,
             agent_version=_version(agent, definition),
             session_id=session_id,
@@ -288,6 +292,8 @@ class OrmRunStore:
                 if run.agent_version_id
                 else None
             ),
+            client_tools=tuple(run.client_tools or ()),
+            instructions=run.instructions,
         )
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
@@ -392,8 +398,10 @@ class OrmRunStore:
         choices: Sequence[str] = (),
         multiple: bool = False,
         child_run_id: UUID | None = None,
+        tool_call_ids: Sequence[UUID] = (),
     ) -> RunInfo:
         run = services.run_await_input(
+            tool_call_ids=tool_call_ids,
             run_id=run_id,
             kind=AwaitingKind(kind),
             tool_call_id=tool_call_id,
@@ -403,6 +411,15 @@ class OrmRunStore:
             child_run_id=child_run_id,
         )
         return RunInfo.of(run)
+
+    def submit_tool_outputs(
+        self, run_id: UUID, *, outputs: Mapping[UUID, Any], submitted_by_id: int | None
+    ) -> RunInfo:
+        return RunInfo.of(
+            services.run_submit_tool_outputs(
+                run_id=run_id, outputs=outputs, submitted_by_id=submitted_by_id
+            )
+        )
 
     def settle_child(self, run_id: UUID) -> UUID | None:
         return services.run_settle_child(child_run_id=run_id)

@@ -18,6 +18,7 @@ from goaai.celery import app
 from goaai.runtime import rt
 from runs_app import selectors
 from runs_app.models import Run
+from sessions_app.webhooks import dispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +38,10 @@ def execute_run(run_id: str) -> str | None:
 
 @worker_ready.connect
 def start_reaper(**_: Any) -> None:
-    """A worker that starts takes up the runs dead workers left, then keeps looking."""
+    """A worker that starts takes up the runs dead workers left, then keeps looking;
+    it also sends the webhook deliveries that fall due (its runs' among them)."""
     rt.start_background()
+    dispatcher.start()
 
 
 class QueueUnavailable(Exception):

@@ -1,5 +1,5 @@
-"""API tokens in the operators' console (sessions, whose pages show their runs,
-are registered by runs_app)."""
+"""API tokens and webhooks in the operators' console (sessions, whose pages show
+their runs, are registered by runs_app)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from goaai.access import CHANGE, log_actions
 from goaai.admin_base import ReadOnlyAdmin, owner_filter
+from sessions_app import webhook_admin  # noqa: F401  (registers the webhooks' admin)
 from sessions_app.access import may_revoke_tokens
 from sessions_app.models import ApiToken
 from sessions_app.services import api_token_revoke

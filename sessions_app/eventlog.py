@@ -10,7 +10,8 @@ inside :func:`recording`, which
 3. numbers those events from the session's counter and inserts them, in the same
    transaction as the change, and
 4. publishes them to live subscribers with ``transaction.on_commit``: only once
-   the outermost transaction has committed.
+   the outermost transaction has committed (and queues, in the transaction, the
+   webhook deliveries of those that are webhook messages).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from goaai import sql
 from goaai.runtime.errors import NotFound
 from sessions_app.models import RunEvent, Session
 from sessions_app.publisher import Written, publish_events
+from sessions_app.webhooks.outbox import webhook_enqueue_logged
 
 
 class EventBatch:
@@ -99,6 +101,8 @@ class EventBatch:
         )
         self.last_seq += count
         owner_id = self.session_owner_id
+        # Webhook messages the events are, in the same transaction (an outbox).
+        webhook_enqueue_logged(owner_id=owner_id, agent=self.session_agent, events=events, at=now)
         transaction.on_commit(lambda: publish_events(events, owner_id))
         return events
 

@@ -10,7 +10,13 @@ from django.conf import settings
 from django.db import models
 
 from goaai.runtime import payloads
-from goaai.runtime.vocabulary import SESSION_STATUS_CHOICES, EventType, SessionStatus, choices
+from goaai.runtime.vocabulary import (
+    SESSION_STATUS_CHOICES,
+    EventType,
+    SessionStatus,
+    WebhookDeliveryStatus,
+    choices,
+)
 
 
 class Session(models.Model):
@@ -147,3 +153,114 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class WebhookEndpoint(models.Model):
+    """A URL of a user's that goaai sends the events it subscribes to, signed with
+    its secret as the Standard Webhooks specification describes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_endpoints"
+    )
+    url = models.URLField(max_length=2000)
+    description = models.CharField(max_length=200, blank=True)
+    # The WebhookEvent types it subscribes to.
+    events = models.JSONField(default=list)
+    # ``whsec_`` and base64 of 32 random bytes. Kept in clear: signing needs it.
+    secret = models.CharField(max_length=100, editable=False)
+    active = models.BooleanField(default=True)
+    # Why goaai turned it off (the receiver answered 410 Gone), when it did.
+    disabled_reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # What every event that may be a message asks: the owner's active endpoints.
+            models.Index(fields=["owner", "active"], name="webhook_owner_active"),
+        ]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookDelivery(models.Model):
+    """One message for one endpoint: the outbox row written in the transaction of
+    the change it announces, then sent (and sent again) until it succeeds or its
+    attempts run out."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    event_type = models.CharField(max_length=40)
+    # The ``webhook-id`` header: the same for every attempt, so receivers can skip
+    # a message they already handled.
+    message_id = models.CharField(max_length=40, unique=True)
+    # What is sent: {"type", "timestamp", "data"}.
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16,
+        choices=choices(WebhookDeliveryStatus),
+        default=WebhookDeliveryStatus.PENDING.value,
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    # When the next attempt is due (a sender that claims it moves it past its own
+    # attempt); null once the delivery succeeded or gave up.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # A person asked for the next attempt (redelivery): the log says so.
+    redelivery_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "webhook deliveries"
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["endpoint", "-created_at"], name="webhook_delivery_endpoint"),
+            models.Index(fields=["next_attempt_at"], name="webhook_delivery_due"),
+            models.Index(fields=["-created_at"], name="webhook_delivery_created"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=[s.value for s in WebhookDeliveryStatus]),
+                name="webhook_delivery_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id}"
+
+
+class WebhookAttempt(models.Model):
+    """One try at sending a delivery: what the receiver answered, and how fast."""
+
+    id = models.BigAutoField(primary_key=True)
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log"
+    )
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    # Null when no answer came (refused address, connection error, timeout).
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    succeeded = models.BooleanField(default=False)
+    error = models.CharField(max_length=500, blank=True)
+    # The start of the receiver's answer, for whoever debugs it.
+    response_excerpt = models.TextField(blank=True)
+    # A person asked for it (redelivery) rather than the schedule.
+    manual = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery", "number"], name="webhook_attempt_unique_number"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} ({self.response_status or self.error or '?'})"

@@ -16,15 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from goaai.runtime.config import ConfigError, RuntimeConfig, import_string
+from goaai.runtime.config import (
+    ConfigError,
+    McpServer,
+    RuntimeConfig,
+    import_string,
+    parse_mcp_servers,
+)
 from goaai.runtime.conversation import ConversationSettings
-from goaai.runtime.errors import UnknownAgent
+from goaai.runtime.errors import ToolsetUnavailable, UnknownAgent
 from goaai.runtime.models import ModelSettings, check_model
 from goaai.runtime.models.base import MODEL_SETTING_NAMES, REASONING_EFFORTS
 from goaai.runtime.policy import Policy
 from goaai.runtime.tools import TOOLSETS, tools_for
 from goaai.runtime.tools.agents import agent_tool
 from goaai.runtime.tools.base import Tool
+from goaai.runtime.tools.mcp import McpClients, is_mcp_toolset, mcp_tools, server_name
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,13 @@ class Agent:
     # How it holds a long conversation: context budget, tool results, memory shown,
     # parallel tool calls, and a message sent while a run is active.
     conversation: ConversationSettings = field(default_factory=ConversationSettings)
+    # MCP servers of its own, which its toolsets name as "mcp:<name>" (besides those
+    # every agent may name, declared in the config).
+    mcp_servers: tuple[McpServer, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The definition as JSON holds it (what a run records it ran with)."""
-        return {
+        definition: dict[str, Any] = {
             "id": self.id,
             "description": self.description,
             "model": self.model,
@@ -57,6 +67,15 @@ class Agent:
             "model_settings": self.model_settings.as_dict(),
             "conversation": self.conversation.as_dict(),
         }
+        # Only when it has some: the definitions (and fingerprints) of agents
+        # without stay what they were.
+        if self.mcp_servers:
+            definition["mcp_servers"] = {s.name: s.as_dict() for s in self.mcp_servers}
+        return definition
+
+    def mcp_server(self, name: str) -> McpServer | None:
+        """The agent's own MCP server ``name``, if it declares one."""
+        return next((s for s in self.mcp_servers if s.name == name), None)
 
     def fingerprint(self) -> str:
         """A digest of the definition: equal for equal definitions."""
@@ -89,6 +108,7 @@ class Agent:
             policy=_policy(data.get("policy", {})),
             model_settings=_model_settings(data.get("model_settings", {})),
             conversation=ConversationSettings.from_dict(data.get("conversation", {})),
+            mcp_servers=_mcp_servers(data.get("mcp_servers")),
         )
 
 
@@ -102,6 +122,7 @@ _DEFINITION_FIELDS = {
     "policy",
     "model_settings",
     "conversation",
+    "mcp_servers",
 }
 _MAX_PROMPT = 100_000
 
@@ -132,13 +153,21 @@ def _names(value: Any, name: str) -> tuple[str, ...]:
 
 def _toolsets(value: Any) -> tuple[str, ...]:
     names = _names(value, "toolsets")
-    unknown = [name for name in names if name not in TOOLSETS]
+    # An MCP server's toolset is checked against the servers by check_agent.
+    unknown = [name for name in names if name not in TOOLSETS and not is_mcp_toolset(name)]
     if unknown:
         raise ConfigError(
             f"toolsets: no toolset {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(sorted(TOOLSETS))}."
+            f"known: {', '.join(sorted(TOOLSETS))}, and mcp:<server> for an MCP server."
         )
     return names
+
+
+def _mcp_servers(value: Any) -> tuple[McpServer, ...]:
+    try:
+        return tuple(parse_mcp_servers(value or {}, where="MCP servers").values())
+    except ConfigError as exc:
+        raise ConfigError(f"mcp_servers: {exc}") from None
 
 
 # Each cap of a policy: (kind, the smallest value allowed).
@@ -249,10 +278,18 @@ class AgentRegistry:
     """The agents goaai knows, by id: those in code, then those of ``source``."""
 
     def __init__(
-        self, agents: list[Agent] | None = None, source: AgentSource | None = None
+        self,
+        agents: list[Agent] | None = None,
+        source: AgentSource | None = None,
+        *,
+        mcp_servers: Mapping[str, McpServer] | None = None,
+        mcp_clients: McpClients | None = None,
     ) -> None:
         self._agents: dict[str, Agent] = {}
         self.source = source
+        # The MCP servers every agent may name (an agent's own come first).
+        self.mcp_servers: Mapping[str, McpServer] = mcp_servers or {}
+        self.mcp_clients = mcp_clients
         for agent in agents or []:
             self.register(agent)
 
@@ -283,22 +320,62 @@ class AgentRegistry:
             agents.setdefault(agent.id, agent)
         return sorted(agents.values(), key=lambda agent: agent.id)
 
-    def tools_of(self, agent: Agent) -> dict[str, Tool]:
-        """Every tool ``agent`` declares: its toolsets' tools and ``ask_<id>`` for each
-        agent it may call, by name (before a run's policy blocks any)."""
-        tools = tools_for(agent.toolsets)
+    def tools_of(
+        self, agent: Agent, *, unavailable: dict[str, str] | None = None
+    ) -> dict[str, Tool]:
+        """Every tool ``agent`` declares: its toolsets' tools (an MCP server's as it
+        lists them) and ``ask_<id>`` for each agent it may call, by name (before a
+        run's policy blocks any).
+
+        :class:`ToolsetUnavailable` when an MCP server cannot be reached, or two
+        toolsets offer a tool of the same name; with ``unavailable``, that toolset
+        is left out and what is wrong is noted there by toolset instead.
+        """
+        tools = tools_for(tuple(name for name in agent.toolsets if not is_mcp_toolset(name)))
         for delegate in agent.delegates:
             delegated = agent_tool(self.get(delegate))
             tools[delegated.name] = delegated
+        for toolset in agent.toolsets:
+            if not is_mcp_toolset(toolset):
+                continue
+            try:
+                tools.update(self._mcp_tools(agent, toolset, tools))
+            except ToolsetUnavailable as exc:
+                if unavailable is None:
+                    raise
+                unavailable[toolset] = str(exc)
         return tools
+
+    def mcp_server(self, agent: Agent, name: str) -> McpServer | None:
+        """The MCP server ``name`` as ``agent`` sees it: its own, or the config's."""
+        return agent.mcp_server(name) or self.mcp_servers.get(name)
+
+    def _mcp_tools(self, agent: Agent, toolset: str, taken: dict[str, Tool]) -> dict[str, Tool]:
+        name = server_name(toolset)
+        server = self.mcp_server(agent, name)
+        if server is None:
+            raise ToolsetUnavailable(f"No MCP server {name!r} is declared (toolset {toolset!r}).")
+        found = mcp_tools(server, self.mcp_clients)
+        # A tool the model calls by a name two toolsets offer would be a guess.
+        clash = sorted(set(found) & set(taken))
+        if clash:
+            raise ToolsetUnavailable(
+                f"MCP server {name!r} offers {', '.join(map(repr, clash))}, a name another "
+                f"toolset of agent {agent.id!r} has; leave it out with the server's 'tools' list."
+            )
+        return found
 
 
 def default_registry(
-    extra: list[str] | None = None, source: AgentSource | None = None
+    extra: list[str] | None = None,
+    source: AgentSource | None = None,
+    *,
+    mcp_servers: Mapping[str, McpServer] | None = None,
 ) -> AgentRegistry:
     """The shipped agents plus those named by dotted path in ``extra``, and those
-    of ``source``; :class:`ConfigError` naming the path that is not an agent."""
-    registry = AgentRegistry([ASSISTANT, CONCIERGE], source)
+    of ``source``, with the MCP servers every agent may name; :class:`ConfigError`
+    naming the path that is not an agent."""
+    registry = AgentRegistry([ASSISTANT, CONCIERGE], source, mcp_servers=mcp_servers)
     for path in extra or []:
         try:
             agent = import_string(path)
@@ -320,12 +397,20 @@ def check_agent(agent: Agent, registry: AgentRegistry, config: RuntimeConfig) ->
     for delegate in agent.delegates:
         if delegate not in registry:
             raise ConfigError(f"Agent {agent.id!r} delegates to unknown agent {delegate!r}.")
+    for toolset in agent.toolsets:
+        name = server_name(toolset)
+        if is_mcp_toolset(toolset) and not (agent.mcp_server(name) or name in config.mcp_servers):
+            declared = sorted({s.name for s in agent.mcp_servers} | set(config.mcp_servers))
+            raise ConfigError(
+                f"Agent {agent.id!r}: toolsets: no MCP server {name!r} for {toolset!r}; "
+                f"declared: {', '.join(declared) or 'none'}."
+            )
 
 
 def check_agents(config: RuntimeConfig) -> AgentRegistry:
     """The config's agents, each checked as :func:`check_agent` does;
     :class:`ConfigError` naming the first bad agent."""
-    registry = default_registry(list(config.agents))
+    registry = default_registry(list(config.agents), mcp_servers=config.mcp_servers)
     for agent in registry.all():
         check_agent(agent, registry, config)
     return registry

@@ -181,6 +181,171 @@ def _builtin_only() -> Mapping[str, ModelProfile]:
     return parse_profiles(None, {})
 
 
+# The ways goaai reaches an MCP server: a command it starts and talks to over
+# stdin/stdout, or a URL speaking MCP's streamable HTTP.
+MCP_TRANSPORTS = ("stdio", "http")
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One MCP server whose tools agents may use, as toolset ``mcp:<name>``.
+
+    Declared in the JSON shape MCP clients share: ``command``, ``args``, ``env``
+    and ``cwd`` for a server goaai starts (stdio), or ``url`` and ``headers`` for
+    one it calls over streamable HTTP. Its tools need a person's approval for every
+    call unless the server is ``trusted``. ``timeout_seconds`` bounds each call,
+    ``startup_seconds`` starting the server and listing its tools; ``tools``, when
+    given, is the only tools of the server agents are offered.
+    """
+
+    name: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    cwd: str | None = None
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    trusted: bool = False
+    timeout_seconds: float = 30.0
+    startup_seconds: float = 30.0
+    tools: tuple[str, ...] | None = None
+
+    @property
+    def transport(self) -> str:
+        return "http" if self.url else "stdio"
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> McpServer:
+        """A server from its JSON; :class:`ConfigError` naming the server if it is
+        not one."""
+        where = f"MCP server {name!r}"
+        if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: a name of letters, digits, '-' and '_'.")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected an object, got {type(data).__name__}.")
+        unknown = sorted(set(data) - _MCP_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown setting {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(_MCP_KEYS))}."
+            )
+        command, url = _mcp_transport(where, data)
+        cwd = data.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise ConfigError(f"{where}: cwd must be a directory path.")
+        trusted = data.get("trusted", False)
+        if not isinstance(trusted, bool):
+            raise ConfigError(f"{where}: trusted must be true or false.")
+        return cls(
+            name=name,
+            command=command,
+            args=_strings(where, data, "args"),
+            env=_string_map(where, data, "env"),
+            cwd=cwd,
+            url=url,
+            headers=_string_map(where, data, "headers"),
+            trusted=trusted,
+            timeout_seconds=_number(where, data, "timeout_seconds", 30.0),
+            startup_seconds=_number(where, data, "startup_seconds", 30.0),
+            tools=_strings(where, data, "tools") if data.get("tools") is not None else None,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The server as JSON declares it (settings that differ from the default)."""
+        data: dict[str, Any] = (
+            {"url": self.url, "headers": dict(self.headers)}
+            if self.url
+            else {"command": self.command, "args": list(self.args), "env": dict(self.env)}
+        )
+        if self.cwd is not None:
+            data["cwd"] = self.cwd
+        if self.trusted:
+            data["trusted"] = True
+        if self.timeout_seconds != 30.0:
+            data["timeout_seconds"] = self.timeout_seconds
+        if self.startup_seconds != 30.0:
+            data["startup_seconds"] = self.startup_seconds
+        if self.tools is not None:
+            data["tools"] = list(self.tools)
+        return data
+
+
+def _mcp_transport(where: str, data: Mapping[str, Any]) -> tuple[str, str]:
+    """The command or the URL of a server's JSON (exactly one of them), checked."""
+    command, url = data.get("command") or "", data.get("url") or ""
+    if bool(command) == bool(url):
+        raise ConfigError(
+            f"{where}: give either a command (a server goaai starts) or a url "
+            "(a streamable HTTP server), not " + ("both." if command else "neither.")
+        )
+    kind = data.get("type", "http" if url else "stdio")
+    if kind not in (*MCP_TRANSPORTS, "streamable-http", "streamableHttp") or (
+        (kind == "stdio") != bool(command)
+    ):
+        raise ConfigError(
+            f"{where}: type {kind!r} does not fit a {'command' if command else 'url'}."
+        )
+    if command and not isinstance(command, str):
+        raise ConfigError(f"{where}: command must be text.")
+    if url and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        raise ConfigError(f"{where}: url must be an http(s) URL, not {url!r}.")
+    if url and ({"args", "env", "cwd"} & set(data)):
+        raise ConfigError(f"{where}: args, env and cwd belong to a server goaai starts.")
+    if command and "headers" in data:
+        raise ConfigError(f"{where}: headers belong to a server reached by url.")
+    return command, url
+
+
+_MCP_KEYS = {
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "trusted",
+    "timeout_seconds",
+    "startup_seconds",
+    "tools",
+}
+
+
+def _strings(where: str, data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key} must be a list of strings.")
+    return tuple(value)
+
+
+def _string_map(where: str, data: Mapping[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"{where}: {key} must map names to strings.")
+    return tuple(sorted(value.items()))
+
+
+def parse_mcp_servers(declared: Any, *, where: str = "MCP servers") -> Mapping[str, McpServer]:
+    """The servers of ``declared`` (as ``GOAAI_MCP_SERVERS`` or an agent's
+    ``mcp_servers`` hold them: an object of name to settings, or one with the
+    ``mcpServers`` key MCP clients' files have)."""
+    if declared is None:
+        return MappingProxyType({})
+    if not isinstance(declared, Mapping):
+        raise ConfigError(f"{where} must be an object of server name to settings.")
+    if set(declared) == {"mcpServers"}:
+        return parse_mcp_servers(declared["mcpServers"], where=where)
+    return MappingProxyType(
+        {name: McpServer.from_dict(name, data) for name, data in declared.items()}
+    )
+
+
+def _no_mcp_servers() -> Mapping[str, McpServer]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     # "thread" (a pool of worker threads in this process), "inline" (the caller's
@@ -202,6 +367,8 @@ class RuntimeConfig:
     # The embedding model that ranks memory by meaning, "<profile>:<model>" of a
     # profile speaking OpenAI's API; empty: memory is ranked by full text alone.
     memory_embeddings: str = ""
+    # MCP servers every agent may name in its toolsets as "mcp:<name>".
+    mcp_servers: Mapping[str, McpServer] = field(default_factory=_no_mcp_servers)
 
     def __post_init__(self) -> None:
         self.embeddings_model()
@@ -214,6 +381,7 @@ class RuntimeConfig:
         profiles: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
         agents: list[str] | tuple[str, ...] = (),
+        mcp_servers: Mapping[str, Any] | None = None,
         **values: Any,
     ) -> RuntimeConfig:
         """A config from plain values (as settings or a JSON file hold them); model
@@ -222,6 +390,7 @@ class RuntimeConfig:
             label_rules=tuple(LabelRule.from_dict(rule) for rule in label_rules),
             profiles=parse_profiles(profiles, os.environ if environ is None else environ),
             agents=tuple(agents),
+            mcp_servers=parse_mcp_servers(mcp_servers, where="GOAAI_MCP_SERVERS"),
             **values,
         )
 

@@ -118,3 +118,10 @@ class ModelError(GoaaiError):
         self.message = message
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class ToolsetUnavailable(GoaaiError):
+    """A toolset whose tools cannot be listed now (an MCP server that does not start
+    or answer): a run that needs it fails ``unavailable``, and may be tried again."""
+
+    code = "toolset_unavailable"

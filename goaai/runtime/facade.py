@@ -175,7 +175,11 @@ class Runtime:
     def agents(self) -> AgentRegistry:
         agents = self._agents
         if agents is None:
-            built = default_registry(list(self.config.agents), self._agent_source)
+            built = default_registry(
+                list(self.config.agents),
+                self._agent_source,
+                mcp_servers=self.config.mcp_servers,
+            )
             with self._lock:
                 if self._agents is None:
                     self._agents = built
@@ -331,8 +335,17 @@ class Runtime:
         fingerprint: str = "",
         branch: Branch | None = None,
         multitask: str | None = None,
+        client_tools: Sequence[Mapping[str, Any]] = (),
+        instructions: str = "",
     ) -> RunHandle:
         """Start a run of ``agent`` on ``prompt`` in ``session`` and return at once.
+
+        ``client_tools`` are tools the caller executes itself (``{name,
+        description, parameters}``, the last a JSON Schema), offered to the model
+        beside the agent's own; a call of one pauses the run (``awaiting_input``,
+        kind ``client_tool``) until :meth:`submit_tool_outputs` brings the results.
+        ``instructions`` are the caller's own, told to the model after the agent's
+        system prompt.
 
         ``idempotency_key`` is unique per session: a second run with the same key
         is refused by the database (the caller looks up the first one; see the REST
@@ -363,6 +376,8 @@ class Runtime:
             fingerprint=fingerprint,
             branch=branch,
             multitask=_multitask(multitask or spec.conversation.multitask),
+            client_tools=[dict(tool) for tool in client_tools],
+            instructions=instructions,
         )
         if run.queued_behind is None:
             # A queued run is handed over when the run before it ends.
@@ -436,6 +451,21 @@ class Runtime:
             answer=answer,
             choices=choices,
             decided_by_id=int(_id(user)) if user is not None else None,
+        )
+        self._submit_after_commit(run.id)
+        return run
+
+    def submit_tool_outputs(
+        self, run_id: Any, outputs: Mapping[Any, Any], *, user: Any = None
+    ) -> RunInfo:
+        """Give a run waiting for its caller's tools (``awaiting.kind`` is
+        ``client_tool``) the result of every call it waits on (``outputs``, by tool
+        call id; :class:`~goaai.runtime.errors.InvalidAnswer` naming any missing or
+        not waited on). The run continues in the background."""
+        run = self.store.submit_tool_outputs(
+            _uuid(run_id),
+            outputs={_uuid(call): result for call, result in outputs.items()},
+            submitted_by_id=int(_id(user)) if user is not None else None,
         )
         self._submit_after_commit(run.id)
         return run

@@ -49,6 +49,7 @@ from goaai.runtime.memory_ranking import (
 from goaai.runtime.policy import Decision
 from goaai.runtime.pricing import Price, cost_of
 from goaai.runtime.questions import Question
+from goaai.runtime.tools.client import awaited_outputs
 from goaai.runtime.types import (
     USAGE_KINDS,
     Branch,
@@ -183,6 +184,9 @@ class _Run:
     ended_at: dt.datetime | None = None
     # Its turns, by index.
     turns: dict[int, UUID] = field(default_factory=dict)
+    # What its caller gave it beside its message (see RunContext.client_tools).
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    instructions: str = ""
 
 
 @dataclass
@@ -496,6 +500,8 @@ class InMemoryRunStore:
         definition: dict[str, Any] | None = None,
         branch: Branch | None = None,
         multitask: str = Multitask.ENQUEUE,
+        client_tools: Sequence[dict[str, Any]] = (),
+        instructions: str = "",
     ) -> RunInfo:
         """A pending run (:class:`SessionEnded` if the session has ended,
         :class:`DuplicateIdempotencyKey` if the key was used in the session),
@@ -526,6 +532,8 @@ class InMemoryRunStore:
                 created_by_id=created_by_id,
                 idempotency_key=idempotency_key,
                 fingerprint=fingerprint,
+                client_tools=_json([dict(spec) for spec in client_tools]),
+                instructions=instructions,
             )
             self._record_definition(run, definition)
             self._add_run(run, policy_decisions or [])
@@ -840,9 +848,11 @@ class InMemoryRunStore:
         choices: Sequence[str] = (),
         multiple: bool = False,
         child_run_id: UUID | None = None,
+        tool_call_ids: Sequence[UUID] = (),
     ) -> RunInfo:
         """Pause the run until a person approves/denies the call or answers the
-        question (``kind="delegated"``: until the child run the call started ends)."""
+        question (``kind="delegated"``: until the child run the call started ends;
+        ``kind="client_tool"``: until the caller sends its tools' results)."""
         with self._lock:
             run = self._run(run_id)
             awaiting = payloads.awaiting(
@@ -852,6 +862,7 @@ class InMemoryRunStore:
                 choices=choices,
                 multiple=multiple,
                 child_run=child_run_id,
+                tool_calls=tool_call_ids,
             )
             now = self._clock()
             self._move(run, RunStatus.AWAITING_INPUT, now)
@@ -859,6 +870,30 @@ class InMemoryRunStore:
             run.awaiting, run.awaiting_since = awaiting, now
             run.lease_owner, run.lease_expires_at = "", None
             self._log_run(run, payloads.run_awaiting_input(awaiting=awaiting), now)
+            return RunInfo.of(run, _json)
+
+    def submit_tool_outputs(
+        self, run_id: UUID, *, outputs: Mapping[UUID, Any], submitted_by_id: int | None
+    ) -> RunInfo:
+        """Record the caller's results for every call of its tools the run waits on
+        (:class:`InvalidAnswer` if any is missing or not waited on); the run becomes
+        claimable."""
+        with self._lock:
+            run = self._run(run_id)
+            awaiting = run.awaiting or {}
+            if run.status != RunStatus.AWAITING_INPUT or (
+                awaiting.get("kind") != AwaitingKind.CLIENT_TOOL
+            ):
+                raise IllegalTransition(run.id, run.status, "given the caller's tool results")
+            answered = awaited_outputs(awaiting, outputs)
+            now = self._clock()
+            for call_id, result in answered:
+                call = self._calls[call_id]
+                self._decide_call(
+                    call, "answered", "", submitted_by_id, now, record_reason=False, answer=None
+                )
+                self._end_call(call, ToolCallStatus.SUCCEEDED, now, result=result)
+            self._resume(run, now, answered=AwaitingKind.CLIENT_TOOL)
             return RunInfo.of(run, _json)
 
     def settle_child(self, run_id: UUID) -> UUID | None:
@@ -1586,6 +1621,8 @@ class InMemoryRunStore:
             parent_run_id=run.parent_run_id,
             depth=self._depth(run),
             definition=_json(run.definition),
+            client_tools=tuple(_json(run.client_tools)),
+            instructions=run.instructions,
         )
 
     def _head(self, session_id: UUID) -> UUID | None:

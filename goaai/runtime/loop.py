@@ -33,7 +33,13 @@ from uuid import UUID
 from goaai.runtime import context as budget
 from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.conversation import DEFAULT_CONTEXT_TOKENS, ConversationSettings
-from goaai.runtime.errors import GoaaiError, IllegalTransition, ModelError, NotFound
+from goaai.runtime.errors import (
+    GoaaiError,
+    IllegalTransition,
+    ModelError,
+    NotFound,
+    ToolsetUnavailable,
+)
 from goaai.runtime.limits import LocalLimits, ModelLimits
 from goaai.runtime.memory_ranking import fact_line
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec
@@ -43,6 +49,7 @@ from goaai.runtime.retry import model_retrying
 from goaai.runtime.store import RunStore
 from goaai.runtime.tools import Tool, ToolContext, ToolRejected
 from goaai.runtime.tools.base import DelegationPaused
+from goaai.runtime.tools.client import client_tools
 from goaai.runtime.types import (
     Message,
     ModelReply,
@@ -212,8 +219,11 @@ class _Call:
     ) -> _Call:
         found = tools.get(request.name)
         if state is None:
-            needs_approval = found is not None and policy.needs_approval(
-                request.name, found.requires_approval
+            # A caller's tool is the caller's to run: approving it is theirs too.
+            needs_approval = (
+                found is not None
+                and not found.answered_by_caller
+                and policy.needs_approval(request.name, found.requires_approval)
             )
         else:
             needs_approval = state.requires_approval
@@ -245,7 +255,7 @@ class _Call:
         """A question, or a call that needs an approval it does not have yet."""
         if self.tool is None:
             return False
-        if self.tool.asks_user:
+        if self.tool.asks_user or self.tool.answered_by_caller:
             return True
         return self.needs_approval and (self.state is None or self.state.decision != "approved")
 
@@ -350,10 +360,16 @@ class TurnLoop:
         return self._finish(run_id, stop.status, stop.error, output=stop.output)
 
     def _crashed(self, run_id: UUID, exc: Exception, lease: _LeaseKeeper) -> RunInfo | None:
-        logger.exception("Run %s crashed", run_id)
         if lease.lost.is_set():
             # Another worker holds the run now; failing it would undo its work.
             return None
+        if isinstance(exc, ToolsetUnavailable):
+            # An MCP server that does not start or answer: no crash of goaai's, and
+            # the same run may work once the server is back.
+            logger.warning("Run %s: %s", run_id, exc)
+            error = RunError(kind=ErrorKind.UNAVAILABLE, message=str(exc), retryable=True)
+            return self._finish(run_id, RunStatus.FAILED, error)
+        logger.exception("Run %s crashed", run_id)
         error = RunError(kind=ErrorKind.INTERNAL, message=f"{type(exc).__name__}: {exc}")
         return self._finish(run_id, RunStatus.FAILED, error)
 
@@ -389,7 +405,7 @@ class TurnLoop:
         )
         policy = Policy.from_dict(context.policy) if context.policy else agent.policy
         model = self.model_factory(agent.model)
-        tools = self._tools(agent, policy)
+        tools = self._tools(agent, policy, context)
         specs = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
             for t in tools.values()
@@ -632,6 +648,8 @@ class TurnLoop:
                         rule="max_tool_calls",
                         reason=f"Limit of {policy.max_tool_calls} tool calls reached.",
                     )
+                if call.tool is not None and call.tool.answered_by_caller:
+                    raise _Paused(self._await_caller(context, calls))
                 outcome = self._call_tool(context, call)
             progress.tool_calls += 1
             progress.consecutive_failures = 0 if outcome.ok else progress.consecutive_failures + 1
@@ -911,9 +929,30 @@ class TurnLoop:
 
     # Helpers
 
-    def _tools(self, agent: Agent, policy: Policy) -> dict[str, Tool]:
-        tools = self.agents.tools_of(agent)
+    def _tools(self, agent: Agent, policy: Policy, context: RunContext) -> dict[str, Tool]:
+        # The caller's tools (if it offered any) come second: a name the agent
+        # already uses keeps the agent's own tool.
+        tools = {**client_tools(context.client_tools), **self.agents.tools_of(agent)}
         return {name: t for name, t in tools.items() if policy.allows(name, t.toolset)}
+
+    def _await_caller(self, context: RunContext, calls: Sequence[_Call]) -> RunInfo:
+        """Pause the run until the caller sends the results of every call of this
+        reply to one of its own tools that has none yet."""
+        # Calls past the policy's cap were never recorded; the run stops at those.
+        waiting = [
+            call.recorded_id
+            for call in calls
+            if call.outcome is None
+            and call.tool_call_id is not None
+            and call.tool is not None
+            and call.tool.answered_by_caller
+        ]
+        return self.store.await_input(
+            run_id=context.run_id,
+            kind="client_tool",
+            tool_call_id=waiting[0],
+            tool_call_ids=waiting,
+        )
 
     def _delta_sink(
         self, context: RunContext, turn_id: UUID, streamed: list[str]
@@ -953,6 +992,10 @@ class TurnLoop:
         head: list[Message] = []
         if agent.system_prompt:
             head.append(Message(role="system", content=agent.system_prompt))
+        if context.instructions:
+            # The caller's own instructions, after the agent's: the agent's rules
+            # stay first (and its prompt the same from run to run, for the cache).
+            head.append(Message(role="system", content=context.instructions))
         if context.memory:
             head.append(memory_message(context.memory))
         current = Message(role="user", content=context.input)

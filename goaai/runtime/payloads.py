@@ -147,11 +147,15 @@ def awaiting(
     choices: Sequence[str] = (),
     multiple: bool = False,
     child_run: UUID | None = None,
+    tool_calls: Sequence[UUID] = (),
 ) -> dict[str, Any]:
     """What a waiting run waits for, as the run records it and its event says: a
     question says which ``choices`` it offers, if any, and whether ``multiple`` of
-    them may be picked."""
+    them may be picked; a wait for the caller's tools lists every call it waits on
+    (``tool_calls``, the first of them also as ``tool_call``)."""
     data: dict[str, Any] = {"kind": kind, "tool_call": str(tool_call)}
+    if tool_calls:
+        data["tool_calls"] = [str(call) for call in tool_calls]
     if question:
         data["question"] = question
     if choices:

@@ -7,7 +7,7 @@ the turn loop always resumes from what is durably recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 from uuid import UUID
@@ -54,8 +54,12 @@ class RunStore(Protocol):
         definition: dict[str, Any] | None = None,
         multitask: str = Multitask.ENQUEUE,
         branch: Branch | None = None,
+        client_tools: Sequence[dict[str, Any]] = (),
+        instructions: str = "",
     ) -> RunInfo:
-        """A pending run. ``definition`` is the agent as it is now
+        """A pending run. ``client_tools`` and ``instructions`` are what its caller
+        gave it beside its message (see :attr:`RunContext.client_tools`), kept on
+        the run and in its context whenever it is executed. ``definition`` is the agent as it is now
         (:meth:`~goaai.runtime.agents.Agent.as_dict`): the run records that version
         of it, numbered per agent, and executes it even if the agent changes. It
         continues the conversation from ``branch`` (by default from the session's
@@ -200,10 +204,24 @@ class RunStore(Protocol):
         choices: Sequence[str] = (),
         multiple: bool = False,
         child_run_id: UUID | None = None,
+        tool_call_ids: Sequence[UUID] = (),
     ) -> RunInfo:
         """Pause the run until a person approves/denies the call or answers the
         question, picking ``choices`` if it offers them (``multiple``: any number;
-        else one) (``kind="delegated"``: until the child run the call started ends)."""
+        else one) (``kind="delegated"``: until the child run the call started ends;
+        ``kind="client_tool"``: until the caller sends the results of every call
+        of ``tool_call_ids``, calls of its own tools)."""
+        ...
+
+    def submit_tool_outputs(
+        self, run_id: UUID, *, outputs: Mapping[UUID, Any], submitted_by_id: int | None
+    ) -> RunInfo:
+        """Record the results the caller sent for the calls of its own tools the run
+        waits on (``outputs``: each call's result, by tool call id), all of them at
+        once; the run becomes claimable. :class:`~goaai.runtime.errors.InvalidAnswer`
+        naming the calls that are missing, or that the run does not wait on
+        (nothing is recorded then); :class:`~goaai.runtime.errors.IllegalTransition`
+        if the run does not wait for the caller's tools."""
         ...
 
     def settle_child(self, run_id: UUID) -> UUID | None:

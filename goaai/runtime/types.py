@@ -374,6 +374,12 @@ class RunContext:
     # The agent as the run recorded it when it was created (Agent.as_dict), which it
     # executes even if the agent has changed since; None: the agent as it is now.
     definition: dict[str, Any] | None = None
+    # What the caller gave the run beside its message (an OpenAI-compatible client):
+    # tools it executes itself ({name, description, parameters}), offered to the
+    # model beside the agent's own, and instructions of its own (its system
+    # messages), told to the model after the agent's system prompt.
+    client_tools: tuple[dict[str, Any], ...] = ()
+    instructions: str = ""
 
 
 class MemoryRecord(NamedTuple):

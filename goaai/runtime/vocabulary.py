@@ -124,6 +124,9 @@ class AwaitingKind(StrEnum):
     APPROVAL = "approval"  # a person to approve or deny a tool call
     QUESTION = "question"  # a person to answer the agent's question
     DELEGATED = "delegated"  # an agent it called, which itself waits for a person
+    # The caller (an OpenAI-compatible client) to run tools it offered and send
+    # their results; goaai never executes those tools itself.
+    CLIENT_TOOL = "client_tool"
 
 
 class WriterKind(StrEnum):
@@ -279,3 +282,44 @@ WRITER_KIND_CHOICES = choices(WriterKind)
 RUN_STATUS_CHOICES = choices(RunStatus)
 TOOL_CALL_STATUS_CHOICES = choices(ToolCallStatus)
 MEMORY_SCOPE_CHOICES = choices(MemoryScope)
+
+
+# Webhooks
+
+
+class WebhookEvent(StrEnum):
+    """What a webhook endpoint subscribes to: the ``type`` of the messages it gets."""
+
+    RUN_COMPLETED = "run.completed"
+    # A run that failed or ran out of time (``data.status`` says which).
+    RUN_FAILED = "run.failed"
+    RUN_AWAITING_INPUT = "run.awaiting_input"
+    SESSION_ENDED = "session.ended"
+    # A memory entry was created, updated or deleted, by a run or by a person.
+    MEMORY_CHANGED = "memory.changed"
+
+
+# The message an endpoint's owner sends to try it out; it needs no subscription.
+WEBHOOK_PING = "webhook.ping"
+
+# The logged events that are webhook messages, and the message each one is.
+WEBHOOK_LOGGED_EVENTS: dict[str, WebhookEvent] = {
+    EventType.RUN_COMPLETED: WebhookEvent.RUN_COMPLETED,
+    EventType.RUN_FAILED: WebhookEvent.RUN_FAILED,
+    EventType.RUN_TIMED_OUT: WebhookEvent.RUN_FAILED,
+    EventType.RUN_AWAITING_INPUT: WebhookEvent.RUN_AWAITING_INPUT,
+    EventType.SESSION_ENDED: WebhookEvent.SESSION_ENDED,
+}
+
+
+class WebhookDeliveryStatus(StrEnum):
+    # Waiting for its first attempt.
+    PENDING = "pending"
+    # The last attempt failed; the next one is scheduled (``next_attempt_at``).
+    FAILED = "failed"
+    SUCCEEDED = "succeeded"
+    # Every scheduled attempt failed, or the endpoint went away (410, disabled).
+    GAVE_UP = "gave_up"
+
+
+WEBHOOK_DUE_STATUSES = frozenset({WebhookDeliveryStatus.PENDING, WebhookDeliveryStatus.FAILED})

@@ -36,6 +36,11 @@ class ToolSerializer(serializers.Serializer):  # type: ignore[type-arg]
     timeout_seconds = serializers.FloatField(allow_null=True)
 
 
+class UnavailableToolsetSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    toolset = serializers.CharField()
+    detail = serializers.CharField()
+
+
 class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.CharField()
     description = serializers.CharField()
@@ -62,6 +67,17 @@ class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     version = serializers.IntegerField(
         allow_null=True, help_text="The current version of an agent kept as data."
     )
+    mcp_servers = serializers.DictField(
+        required=False,
+        help_text="The agent's own MCP servers by name (command, args, env, cwd; or url, "
+        "headers; trusted, timeout_seconds, startup_seconds, tools), env and header "
+        "values hidden. Present only when it declares some.",
+    )
+    unavailable_toolsets = UnavailableToolsetSerializer(
+        many=True,
+        help_text="Toolsets whose tools could not be listed now (an MCP server that does "
+        "not start or answer), with what is wrong; a run needing one fails unavailable.",
+    )
 
 
 class AgentListSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -82,6 +98,11 @@ class AgentWriteSerializer(serializers.Serializer):  # type: ignore[type-arg]
     policy = serializers.DictField(required=False)
     model_settings = serializers.DictField(required=False)
     conversation = serializers.DictField(required=False)
+    mcp_servers = serializers.DictField(
+        required=False,
+        help_text="MCP servers of the agent by name, named in its toolsets as mcp:<name>. "
+        "Only a superuser may declare one goaai starts as a command.",
+    )
 
 
 class AgentVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -91,6 +112,11 @@ class AgentVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-
         model = AgentVersion
         fields = ["number", "source", "definition", "fingerprint", "created_by", "created_at"]
 
+    def to_representation(self, instance: AgentVersion) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        data["definition"] = agent_services.redacted(data["definition"])
+        return data
+
 
 class AgentVersionListSerializer(serializers.Serializer):  # type: ignore[type-arg]
     next = serializers.URLField(allow_null=True)
@@ -99,9 +125,13 @@ class AgentVersionListSerializer(serializers.Serializer):  # type: ignore[type-a
 
 
 def describe(agent: Agent, version: int | None = None) -> dict[str, Any]:
-    tools = rt.agents.tools_of(agent)
+    unavailable: dict[str, str] = {}
+    tools = rt.agents.tools_of(agent, unavailable=unavailable)
     return {
-        **agent.as_dict(),
+        **agent_services.redacted(agent.as_dict()),
+        "unavailable_toolsets": [
+            {"toolset": toolset, "detail": detail} for toolset, detail in unavailable.items()
+        ],
         "tools": [
             {
                 "name": tool.name,

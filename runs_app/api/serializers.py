@@ -40,6 +40,12 @@ class AwaitingSerializer(serializers.Serializer):  # type: ignore[type-arg]
         help_text="With `choices`: whether any number of them may be picked (else one).",
     )
     child_run = serializers.UUIDField(required=False)
+    tool_calls = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        help_text="For `client_tool`: every call of the caller's own tools the run waits "
+        "on; the caller (an OpenAI-compatible client) sends their results through `/v1/`.",
+    )
 
 
 class ToolCallErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -51,6 +51,7 @@ from goaai.runtime import rt
 from goaai.runtime.vocabulary import MemoryScope, RunStatus
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.services import api_token_create
+from sessions_app.webhooks.services import webhook_endpoint_create, webhook_ping
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,6 +75,7 @@ PROMPTS = [
     "sloppy calculate 1+1",
 ]
 KEYS = ["favourite colour", "name", "timezone"]
+WEBHOOK_URL = "http://127.0.0.1:9/hook"
 # Valid ISO 8601 instants at the edges: an offset PostgreSQL does not take (beyond
 # ±15:59), and the first and last days Python can hold, which leave its range once
 # converted to UTC.
@@ -154,6 +156,13 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
     world.add("memory:delete", spare_entry.id, agent_entry.id, bobs_entry.id)
     world.add("token", spare.pk, bobs_token.pk, staff_token.pk)
     world.add("token:delete", spare.pk, bobs_token.pk, staff_token.pk)
+    hook, doomed_hook, bobs_hook = (
+        webhook_endpoint_create(owner_id=user.pk, url=WEBHOOK_URL, events=["run.completed"])
+        for user in (owner, owner, other)
+    )
+    world.add("webhook", hook.pk, bobs_hook.pk)
+    world.add("webhook:delete", doomed_hook.pk, bobs_hook.pk)
+    world.add("webhook_delivery", *(webhook_ping(endpoint_id=e.pk).pk for e in (hook, bobs_hook)))
     world.add("user", owner.pk, other.pk)
     world.add("key", *KEYS, "tone", "motto")
     world.add("agent", "assistant", "concierge")
@@ -195,6 +204,11 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
             {"key": "tone", "value": "warm", "scope": "agent", "agent": "assistant"},
             {"key": "motto", "value": "be brief", "scope": "global"},
         ],
+        "POST /webhooks/": [
+            {"url": WEBHOOK_URL, "events": ["run.completed", "memory.changed"]},
+            {"url": WEBHOOK_URL, "events": ["session.ended"], "description": "CRM"},
+        ],
+        "PATCH /webhooks/{id}/": [{"active": False}, {"events": ["run.failed"]}],
         "PATCH /memory/{id}/": [
             {"value": "blue", "version": 1},
             {"value": ["a", 1], "version": 2},
@@ -218,8 +232,11 @@ def _pool_for_path(world: World, method: str, path: str, name: str) -> list[Any]
         "tool-calls": "tool_call",
         "memory": "memory",
         "auth": "token",
+        "webhooks": "webhook",
     }[collection]
     action = path.rstrip("/").rsplit("/", 1)[-1]
+    if path.startswith("/api/v1/webhooks/deliveries/"):
+        return world.pools["webhook_delivery"]
     if method == "DELETE":
         return world.pools[f"{kind}:delete"]
     if action in ("end", "cancel", "respond", "retry"):
@@ -436,6 +453,8 @@ OPERATION_IDS = [f"{method} {path.removeprefix('/api/v1')}" for method, path in 
 @pytest.fixture
 def world(transactional_db, inline_runtime, settings, owner, other_user, staff) -> World:
     # Generated POSTs start runs: let them, rather than answer 429 to all but the first.
+    # Webhook endpoints on the loopback interface (nothing sends to them here).
+    settings.GOAAI_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     settings.GOAAI_THROTTLE_RATES = {
         "run_create_user": "100000/min",
         "run_create_token": "100000/min",

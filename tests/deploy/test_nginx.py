@@ -147,7 +147,8 @@ def test_the_limits_are_goaais_own_settings(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "limit"), [("/api/v1/sessions/", API_LIMIT), ("/accounts/login/", PAGE_LIMIT)]
+    ("path", "limit"),
+    [("/api/v1/sessions/", API_LIMIT), ("/mcp", API_LIMIT), ("/accounts/login/", PAGE_LIMIT)],
 )
 def test_a_declared_gigabyte_is_refused_at_once_and_stored_nowhere(
     front: Nginx, upstream: Upstream, path: str, limit: int
@@ -298,6 +299,7 @@ def test_event_streams_are_delivered_as_written(front: Nginx, upstream: Upstream
     session = "0b7a8e4e-8d8e-4a5e-9f3e-1d2c3b4a5f60"
     assert first_chunk_delay(front, f"/api/v1/sessions/{session}/events/stream/") < 1
     assert first_chunk_delay(front, "/api/v1/sessions/stream/") < 1
+    assert first_chunk_delay(front, "/mcp") < 1
 
 
 def proxy_temp_peak(front: Nginx, path: str) -> int:
@@ -317,6 +319,7 @@ def proxy_temp_peak(front: Nginx, path: str) -> int:
 def test_event_streams_are_not_buffered_for_slow_clients(front: Nginx, upstream: Upstream) -> None:
     # Unbuffered, a stream costs nginx no disk, and goaai sees the client's pace.
     assert proxy_temp_peak(front, "/api/v1/sessions/stream/") == 0
+    assert proxy_temp_peak(front, "/mcp") == 0
     # The control: any other answer nginx reads ahead into its temporary files.
     assert proxy_temp_peak(front, "/api/v1/other/stream/") > 0
 

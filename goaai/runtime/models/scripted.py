@@ -191,7 +191,7 @@ def _call_by_name(message: str) -> Intent | None:
         return Intent(tool=name, arguments={})
     try:
         arguments = json.loads(raw)
-    except ValueError as error:
+    except json.JSONDecodeError as error:
         return Intent(reply=f"The arguments for {name} are not JSON ({error.msg}): {raw}")
     if not isinstance(arguments, dict):
         return Intent(reply=f"The arguments for {name} must be a JSON object, not {raw}.")

@@ -75,6 +75,9 @@ class Tool:
     takes_context: bool = field(default=False)
     # The call is answered by a person (a question), not by running ``func``.
     asks_user: bool = False
+    # The call is executed by the caller that offered the tool (see
+    # goaai.runtime.tools.client): the run waits for its result.
+    answered_by_caller: bool = False
 
     def json_schema(self) -> dict[str, Any]:
         schema = self.arguments_model.model_json_schema()

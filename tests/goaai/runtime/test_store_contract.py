@@ -2327,3 +2327,83 @@ def test_runs_called_as_tools_are_not_queued(h):
     assert (child.multitask, child.queued_behind) == ("", None)
     assert h.store.claim_run(child.id, owner="w1", lease_seconds=LEASE) is not None
     assert h.store.get_run(queued.id).queued_behind == parent.id
+
+
+# The caller's own tools (an OpenAI-compatible client's)
+
+WEATHER = {"name": "get_weather", "description": "", "parameters": {"type": "object"}}
+
+
+def _waiting_for_caller(h: Harness) -> tuple[RunInfo, list[UUID]]:
+    """A run that waits for the results of two calls of its caller's tools."""
+    run = h.run(client_tools=[WEATHER], instructions="Be brief.")
+    assert h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE) is not None
+    turn = h.turn(run.id)
+    calls = [
+        h.store.schedule_tool_call(
+            turn_id=turn,
+            index=index,
+            request=ToolCallRequest(id=f"c{index}", name="get_weather", arguments={}),
+            requires_approval=False,
+        )
+        for index in range(2)
+    ]
+    h.store.await_input(
+        run_id=run.id, kind="client_tool", tool_call_id=calls[0], tool_call_ids=calls
+    )
+    return run, calls
+
+
+def test_a_run_keeps_what_its_caller_gave_it(h):
+    run = h.run(client_tools=[WEATHER], instructions="Be brief.")
+
+    context = h.store.claim_run(run.id, owner="w1", lease_seconds=LEASE)
+
+    assert context is not None
+    assert context.client_tools == (WEATHER,)
+    assert context.instructions == "Be brief."
+
+
+def test_the_callers_results_end_every_waited_call_and_resume_the_run(h):
+    run, calls = _waiting_for_caller(h)
+    assert h.last(run.session_id, E.RUN_AWAITING_INPUT) == {
+        "kind": "client_tool",
+        "tool_call": str(calls[0]),
+        "tool_calls": [str(call) for call in calls],
+    }
+
+    answered = h.store.submit_tool_outputs(
+        run.id, outputs={calls[0]: {"sky": "sunny"}, calls[1]: "rain"}, submitted_by_id=h.alice
+    )
+
+    assert answered.status == RunStatus.RUNNING
+    states = [h.call_state(run.id, call) for call in calls]
+    assert [(s.status, s.result, s.decision) for s in states] == [
+        (ToolCallStatus.SUCCEEDED, {"sky": "sunny"}, "answered"),
+        (ToolCallStatus.SUCCEEDED, "rain", "answered"),
+    ]
+    assert h.last(run.session_id, E.RUN_RESUMED)["answered"] == "client_tool"
+    assert h.store.claim_run(run.id, owner="w2", lease_seconds=LEASE) is not None
+
+
+@pytest.mark.parametrize("which", ["missing", "unknown"])
+def test_results_that_leave_a_call_out_or_name_another_change_nothing(h, which):
+    run, calls = _waiting_for_caller(h)
+    outputs: dict[UUID, Any] = {calls[0]: "x"}
+    if which == "unknown":
+        outputs[calls[1]], outputs[uuid4()] = "y", "z"
+    before = h.types(run.session_id)
+
+    with pytest.raises(InvalidAnswer):
+        h.store.submit_tool_outputs(run.id, outputs=outputs, submitted_by_id=h.alice)
+
+    assert h.store.get_run(run.id).status == RunStatus.AWAITING_INPUT
+    assert h.types(run.session_id) == before
+    assert h.call_state(run.id, calls[0]).status == ToolCallStatus.SCHEDULED
+
+
+def test_results_for_a_run_that_waits_for_something_else_are_refused(h):
+    run, call = h.waiting("approval")
+
+    with pytest.raises(IllegalTransition):
+        h.store.submit_tool_outputs(run.id, outputs={call: "x"}, submitted_by_id=h.alice)

@@ -17,13 +17,14 @@ const CARD_STATE_LABEL = {
   canceled: "canceled",
   awaiting_approval: "needs approval",
   awaiting_answer: "needs your answer",
+  awaiting_caller: "waiting for the caller's result",
   approved: "approved",
   denied: "denied",
   answered: "answered",
 };
 
 /** The states of a call that has not reached its outcome yet. */
-export const OPEN_CARD = new Set(["scheduled", "running", "awaiting_approval", "awaiting_answer", "approved"]);
+export const OPEN_CARD = new Set(["scheduled", "running", "awaiting_approval", "awaiting_answer", "awaiting_caller", "approved"]);
 
 function pretty(value) {
   if (value === undefined) return "";

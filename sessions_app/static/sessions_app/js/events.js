@@ -199,6 +199,13 @@ const handlers = {
       }
       step(run, `Waits for your approval of ${card ? card.name : "a tool call"}`, event.created_at);
       say(`Waiting for your approval: ${card ? card.name : "a tool call"}`);
+    } else if (event.data.kind === "client_tool") {
+      for (const id of event.data.tool_calls || [event.data.tool_call]) {
+        const waited = state.calls.get(id);
+        if (waited) setCardStatus(waited, "awaiting_caller");
+      }
+      step(run, `Waits for the caller's tool result (${card ? card.name : "a tool of its own"})`, event.created_at);
+      say("Waiting for the caller's tool result");
     } else {
       step(run, "Waits for the agent it asked", event.created_at);
     }

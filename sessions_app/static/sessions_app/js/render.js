@@ -134,6 +134,7 @@ function statusLine(run) {
       const by = waiting && waiting.run !== run ? ` (the ${waiting.run.agent} agent asks)` : "";
       if (kind === "question") return `Waiting for your answer${by}`;
       if (kind === "approval") return `Waiting for your approval${by}`;
+      if (kind === "client_tool") return "Waiting for the caller's tool result";
       return "Waiting for the agent it asked";
     }
     case "completed": {

@@ -1,0 +1,192 @@
+"""Sending: signed per Standard Webhooks, retried on the schedule, logged, claimed once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.utils import timezone
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from goaai.runtime import rt
+from goaai.runtime.vocabulary import WebhookDeliveryStatus
+from sessions_app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from sessions_app.webhooks import delivery, services
+from sessions_app.webhooks.delivery import SCHEDULE, claim_due, deliver_due
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _endpoint(owner, url: str, events=("run.completed",)) -> WebhookEndpoint:
+    return services.webhook_endpoint_create(owner_id=owner.pk, url=url, events=list(events))
+
+
+def _verify(endpoint: WebhookEndpoint, received) -> dict:
+    return Webhook(endpoint.secret).verify(received.body, received.headers)
+
+
+def test_a_receiver_that_fails_twice_gets_the_event_on_the_third_attempt(
+    owner, receiver, inline_runtime
+):
+    receiver.script = [500, 503, 200]
+    endpoint = _endpoint(owner, receiver.url)
+    session = rt.create_session(owner=owner, agent="assistant")
+    run = rt.run("assistant", "echo hello", session=session.id)
+    (queued,) = WebhookDelivery.objects.filter(endpoint=endpoint)
+    start = timezone.now()
+
+    assert deliver_due(now=start) == 1
+    queued.refresh_from_db()
+    assert queued.status == WebhookDeliveryStatus.FAILED
+    assert queued.next_attempt_at == start + dt.timedelta(seconds=SCHEDULE[1])
+    # Not due yet: nothing is sent before the backoff has passed.
+    assert deliver_due(now=start + dt.timedelta(seconds=4)) == 0
+
+    assert deliver_due(now=start + dt.timedelta(seconds=6)) == 1
+    queued.refresh_from_db()
+    assert queued.next_attempt_at == start + dt.timedelta(seconds=6 + SCHEDULE[2])
+    assert deliver_due(now=start + dt.timedelta(seconds=6 + SCHEDULE[2])) == 1
+
+    queued.refresh_from_db()
+    assert queued.status == WebhookDeliveryStatus.SUCCEEDED
+    assert queued.attempts == 3
+    assert queued.next_attempt_at is None
+    assert [a.response_status for a in queued.attempt_log.order_by("number")] == [500, 503, 200]
+    assert [a.succeeded for a in queued.attempt_log.order_by("number")] == [False, False, True]
+    assert all(a.latency_ms >= 0 and a.response_excerpt for a in queued.attempt_log.all())
+    # Three requests, one message: the same webhook-id each time, each one verifies.
+    assert len(receiver.requests) == 3
+    assert {r.headers["webhook-id"] for r in receiver.requests} == {queued.message_id}
+    message = _verify(endpoint, receiver.requests[-1])
+    assert message["type"] == "run.completed"
+    assert message["data"]["run"] == str(run.id)
+    assert message["data"]["session"] == str(session.id)
+    assert message["data"]["output"] == run.output
+    assert receiver.requests[-1].headers["content-type"] == "application/json"
+
+
+def test_the_signature_fails_with_another_secret_or_a_changed_body(owner, receiver):
+    endpoint = _endpoint(owner, receiver.url)
+    services.webhook_ping(endpoint_id=endpoint.pk)
+    deliver_due()
+    (received,) = receiver.requests
+    assert _verify(endpoint, received)["type"] == "webhook.ping"
+    rotated = services.webhook_secret_rotate(endpoint_id=endpoint.pk)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(rotated.secret).verify(received.body, received.headers)
+    tampered = json.loads(received.body)
+    tampered["data"]["url"] = "https://elsewhere.example/"
+    with pytest.raises(WebhookVerificationError):
+        Webhook(endpoint.secret).verify(json.dumps(tampered), received.headers)
+
+
+def test_retries_follow_the_schedule_then_give_up(owner, receiver):
+    receiver.script = [500]
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    now = timezone.now()
+    waits = []
+    for _ in SCHEDULE:
+        assert deliver_due(now=now) == 1
+        queued.refresh_from_db()
+        if queued.next_attempt_at is None:
+            break
+        waits.append((queued.next_attempt_at - now).total_seconds())
+        now = queued.next_attempt_at
+    assert waits == [5, 300, 1800, 7200, 18000, 36000, 36000]
+    assert sum(waits) / 3600 == pytest.approx(27.6, abs=0.1)  # about a day
+    assert queued.status == WebhookDeliveryStatus.GAVE_UP
+    assert queued.attempts == len(SCHEDULE) == len(receiver.requests)
+
+    # A manual redelivery is one more attempt, marked as such, with the same id.
+    receiver.script = [204]
+    services.webhook_delivery_redeliver(delivery_id=queued.pk)
+    assert deliver_due() == 1
+    queued.refresh_from_db()
+    assert queued.status == WebhookDeliveryStatus.SUCCEEDED
+    last = queued.attempt_log.order_by("number").last()
+    assert last is not None
+    assert last.manual
+    assert last.number == len(SCHEDULE) + 1
+    assert receiver.requests[-1].headers["webhook-id"] == queued.message_id
+
+
+def test_a_timeout_and_a_redirect_are_failures(owner, receiver, settings):
+    settings.GOAAI_WEBHOOK_TIMEOUT_SECONDS = 1
+    receiver.delay = 1.5
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    deliver_due()
+    attempt = WebhookAttempt.objects.get(delivery=queued)
+    assert attempt.response_status is None
+    assert "No answer within 1 s" in attempt.error
+
+    receiver.delay = 0
+    receiver.script = [302]
+    services.webhook_delivery_redeliver(delivery_id=queued.pk)
+    deliver_due()
+    queued.refresh_from_db()
+    # A redirect is not followed: one more request, and it counts as a failure.
+    assert queued.status == WebhookDeliveryStatus.FAILED
+    assert queued.last_response_status == 302
+
+
+def test_410_gone_turns_the_endpoint_off(owner, receiver):
+    receiver.script = [410]
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    deliver_due()
+    endpoint.refresh_from_db()
+    queued.refresh_from_db()
+    assert not endpoint.active
+    assert "410" in endpoint.disabled_reason
+    assert queued.status == WebhookDeliveryStatus.GAVE_UP
+
+
+def test_a_disabled_endpoint_is_not_sent_to(owner, receiver):
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    services.webhook_endpoint_update(endpoint_id=endpoint.pk, active=False)
+    deliver_due()
+    queued.refresh_from_db()
+    assert receiver.requests == []
+    assert queued.status == WebhookDeliveryStatus.GAVE_UP
+    assert queued.attempt_log.get().error == "The endpoint is disabled."
+
+
+def test_an_address_refused_at_send_time_is_a_logged_failure(owner, receiver, settings):
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    # The operator narrowed the allow-list after the endpoint was subscribed.
+    settings.GOAAI_WEBHOOK_ALLOWED_NETWORKS = []
+    deliver_due()
+    queued.refresh_from_db()
+    assert receiver.requests == []
+    assert queued.status == WebhookDeliveryStatus.FAILED
+    assert "not a public address" in queued.attempt_log.get().error
+
+
+def test_a_delivery_is_claimed_by_one_sender_only(owner, receiver):
+    endpoint = _endpoint(owner, receiver.url)
+    for _ in range(3):
+        services.webhook_ping(endpoint_id=endpoint.pk)
+    now = timezone.now()
+    first = claim_due(now=now, limit=2)
+    second = claim_due(now=now, limit=10)
+    assert len(first) == 2
+    assert len(second) == 1
+    assert not set(first) & set(second)
+    assert claim_due(now=now, limit=10) == []
+    # A sender that died holding a claim: the delivery falls due again after it.
+    later = now + dt.timedelta(seconds=delivery.CLAIM_GRACE_SECONDS + 11)
+    assert len(claim_due(now=later, limit=10)) == 3
+
+
+def test_a_delivery_whose_endpoint_was_deleted_meanwhile_is_dropped(owner, receiver):
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    (claimed,) = claim_due(now=timezone.now(), limit=1)
+    services.webhook_endpoint_delete(endpoint_id=endpoint.pk)
+    assert delivery.attempt(delivery_id=claimed) is None
+    assert not WebhookDelivery.objects.filter(pk=queued.pk).exists()

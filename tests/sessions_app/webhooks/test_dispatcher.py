@@ -1,0 +1,63 @@
+"""The background sender: deliveries go out as soon as their run commits, from
+another thread, and a slow receiver never holds a run up."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from standardwebhooks import Webhook
+
+from goaai.runtime import rt
+from goaai.runtime.vocabulary import RunStatus, WebhookDeliveryStatus
+from sessions_app.models import WebhookDelivery
+from sessions_app.webhooks import dispatcher, services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def running_dispatcher(settings):
+    # A long poll: what arrives quickly was woken by the commit, not found by a look.
+    settings.GOAAI_WEBHOOK_POLL_SECONDS = 60
+    dispatcher.start()
+    yield
+    dispatcher.stop()
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_slow_receiver_gets_the_message_without_holding_up_the_run(
+    owner, receiver, inline_runtime, running_dispatcher
+):
+    receiver.delay = 2.0
+    endpoint = services.webhook_endpoint_create(
+        owner_id=owner.pk, url=receiver.url, events=["run.completed"]
+    )
+    session = rt.create_session(owner=owner, agent="assistant")
+
+    started = time.monotonic()
+    run = rt.run("assistant", "echo hello", session=session.id)
+    assert run.status == RunStatus.COMPLETED
+    assert time.monotonic() - started < receiver.delay
+
+    _wait_for(
+        lambda: WebhookDelivery.objects.filter(
+            endpoint=endpoint, status=WebhookDeliveryStatus.SUCCEEDED
+        ).exists()
+    )
+    (received,) = receiver.requests
+    assert Webhook(endpoint.secret).verify(received.body, received.headers)["data"]["run"] == str(
+        run.id
+    )
+
+
+def test_no_dispatcher_starts_when_polling_is_off(settings):
+    settings.GOAAI_WEBHOOK_POLL_SECONDS = 0
+    dispatcher.start()
+    assert dispatcher._dispatcher is None
