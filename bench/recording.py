@@ -56,11 +56,21 @@ def through_services(session_id: uuid.UUID, turns: int, calls: int) -> None:
 class Raw:
     """The same rows through the driver: INSERTs and UPDATEs, one transaction a step."""
 
-    def __init__(self, vendor: str, raw_connection: object) -> None:
+    def __init__(self, vendor: str, raw_connection: object, models: dict[str, type]) -> None:
         self.vendor = vendor
         self.conn = raw_connection
         self.mark = "?" if vendor == "sqlite" else "%s"
         self.seq = 0
+        # Every column of each table with its default, prepared once: the raw rows
+        # are the same rows the services write, whatever columns the models gain.
+        self.defaults = {table: _column_defaults(model) for table, model in models.items()}
+
+    def insert(self, table: str, values: dict[str, object]) -> tuple[str, tuple[object, ...]]:
+        """An INSERT of one row of ``table``: ``values`` over the columns' defaults."""
+        row = {**self.defaults[table], **values}
+        columns = ", ".join(f'"{name}"' for name in row)
+        marks = ", ".join(["%s"] * len(row))
+        return f"INSERT INTO {table} ({columns}) VALUES ({marks})", tuple(row.values())
 
     def _id(self, value: uuid.UUID) -> object:
         return value.hex if self.vendor == "sqlite" else value
@@ -87,17 +97,16 @@ class Raw:
         for event_type in types:
             self.seq += 1
             rows.append(
-                (
-                    "INSERT INTO sessions_app_runevent (session_id, run_id, seq, type, data, created_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)",
-                    (
-                        self._id(session_id),
-                        self._id(run_id),
-                        self.seq,
-                        event_type,
-                        json.dumps(data),
-                        self._now(),
-                    ),
+                self.insert(
+                    "sessions_app_runevent",
+                    {
+                        "session_id": self._id(session_id),
+                        "run_id": self._id(run_id),
+                        "seq": self.seq,
+                        "type": event_type,
+                        "data": json.dumps(data),
+                        "created_at": self._now(),
+                    },
                 )
             )
         rows.append(
@@ -113,13 +122,17 @@ class Raw:
         now = self._now
         self.step(
             [
-                (
-                    "INSERT INTO runs_app_run (id, session_id, agent, input, output, status, labels, "
-                    "metadata, policy, input_tokens, output_tokens, total_tokens, error_kind, "
-                    "error_message, error_retryable, cancel_reason, request_fingerprint, "
-                    "paused_seconds, lease_owner, created_at, updated_at) VALUES (%s, %s, 'assistant', "
-                    "'go', '', 'pending', '{}', '{}', '{}', 0, 0, 0, '', '', %s, '', '', 0, '', %s, %s)",
-                    (self._id(run_id), self._id(session_id), False, now(), now()),
+                self.insert(
+                    "runs_app_run",
+                    {
+                        "id": self._id(run_id),
+                        "session_id": self._id(session_id),
+                        "agent": "assistant",
+                        "input": "go",
+                        "status": "pending",
+                        "created_at": now(),
+                        "updated_at": now(),
+                    },
                 ),
                 *self.events(session_id, run_id, ["run.created"], {"input": "go"}),
             ]
@@ -139,11 +152,16 @@ class Raw:
             turn_id = uuid.uuid4()
             self.step(
                 [
-                    (
-                        'INSERT INTO runs_app_turn (id, run_id, "index", model, request_messages, '
-                        "response_text, response_tool_calls, input_tokens, output_tokens, started_at) "
-                        "VALUES (%s, %s, %s, 'bench', %s, '', '[]', 0, 0, %s)",
-                        (self._id(turn_id), self._id(run_id), t, messages, now()),
+                    self.insert(
+                        "runs_app_turn",
+                        {
+                            "id": self._id(turn_id),
+                            "run_id": self._id(run_id),
+                            "index": t,
+                            "model": "bench",
+                            "request_messages": messages,
+                            "started_at": now(),
+                        },
                     ),
                     *self.events(session_id, run_id, ["turn.started"], {"index": t}),
                 ]
@@ -173,23 +191,22 @@ class Raw:
                 call_id = uuid.uuid4()
                 self.step(
                     [
-                        (
-                            "INSERT INTO runs_app_toolcall (id, run_id, turn_id, session_id, call_id, "
-                            '"index", name, arguments, status, error_kind, error_message, '
-                            "requires_approval, decision, decision_reason, attempt, created_at, started_at) "
-                            "VALUES (%s, %s, %s, %s, %s, %s, 'calculator', %s, 'running', '', '', %s, '', '', 1, %s, %s)",
-                            (
-                                self._id(call_id),
-                                self._id(run_id),
-                                self._id(turn_id),
-                                self._id(session_id),
-                                f"c{t}-{c}",
-                                c,
-                                json.dumps(ARGUMENTS),
-                                False,
-                                now(),
-                                now(),
-                            ),
+                        self.insert(
+                            "runs_app_toolcall",
+                            {
+                                "id": self._id(call_id),
+                                "run_id": self._id(run_id),
+                                "turn_id": self._id(turn_id),
+                                "session_id": self._id(session_id),
+                                "call_id": f"c{t}-{c}",
+                                "index": c,
+                                "name": "calculator",
+                                "arguments": json.dumps(ARGUMENTS),
+                                "status": "running",
+                                "attempt": 1,
+                                "created_at": now(),
+                                "started_at": now(),
+                            },
                         ),
                         *self.events(
                             session_id,
@@ -247,7 +264,11 @@ def main() -> None:
         import psycopg
 
         raw_conn = psycopg.connect(connection.settings_dict["NAME"] and _pg_url(connection))
-    raw = Raw(args.db, raw_conn)
+    from runs_app.models import Run, ToolCall, Turn
+    from sessions_app.models import RunEvent
+
+    tables = {model._meta.db_table: model for model in (Run, Turn, ToolCall, RunEvent)}
+    raw = Raw(args.db, raw_conn, tables)
     rows = args.runs * (2 + args.turns * (2 + 2 * args.calls) + 1)
 
     # Warm up both paths, then alternate them so that drift hits both alike.
@@ -269,6 +290,23 @@ def main() -> None:
     print(f"services  {service_time:7.3f} s  {service_time / rows * 1e6:8.1f} us per step")
     print(f"raw       {raw_time:7.3f} s  {raw_time / rows * 1e6:8.1f} us per step")
     print(f"services / raw  {service_time / raw_time:5.2f}x  (target <= 2.0)")
+
+
+def _column_defaults(model: type) -> dict[str, object]:
+    """Each column of ``model`` that has a default (or may be null), with that value
+    as the database takes it; the columns without one are given by each row."""
+    from django.db import connection
+
+    defaults: dict[str, object] = {}
+    for field in model._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        if field.has_default() or (field.empty_strings_allowed and not field.null):
+            # What Django writes when a field is not given: its default, or "" for text.
+            defaults[field.column] = field.get_db_prep_save(field.get_default(), connection)
+        elif field.null:
+            defaults[field.column] = None
+    return defaults
 
 
 def _pg_url(connection) -> str:
