@@ -26,6 +26,8 @@ TEMPLATE = Path(__file__).resolve().parent / "nginx.conf.template"
 PAGE_BODY_BUFFER_BYTES = 1024 * 1024
 # How much more than the API's body limit nginx holds in memory for an API request.
 API_BODY_BUFFER_SLACK = 64 * 1024
+# How much longer than goaai's wait for a run nginx waits for a /v1/ answer.
+OPENAI_TIMEOUT_SLACK_SECONDS = 60
 
 
 def upstreams(args: argparse.Namespace) -> list[str]:
@@ -42,6 +44,12 @@ def body_limits() -> tuple[int, int]:
     """goaai's page and API body limits, as its settings state them."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
     return int(settings.GOAAI_MAX_BODY_BYTES), int(settings.GOAAI_API_MAX_BODY_BYTES)
+
+
+def run_wait_seconds() -> int:
+    """How long goaai waits for a run before a ``/v1/`` request answers without it."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
+    return int(settings.GOAAI_RUN_WAIT_SECONDS)
 
 
 def context(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,6 +73,9 @@ def context(args: argparse.Namespace) -> dict[str, Any]:
         # Room past the limit: a chunked body that crosses it is refused while it is
         # still in memory, rather than once a full buffer went to disk.
         "api_body_buffer": str(api_max_body + API_BODY_BUFFER_SLACK),
+        # Past goaai's own wait for a run: a /v1/ request waiting for its run is
+        # answered by goaai (its run named), never cut off by nginx.
+        "openai_read_timeout": str(run_wait_seconds() + OPENAI_TIMEOUT_SLACK_SECONDS),
         "static_root": Path(args.static_root).resolve() if args.static_root else None,
         "metrics_allow": args.metrics_allow or ["127.0.0.1", "::1"],
     }

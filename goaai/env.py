@@ -9,6 +9,7 @@ its values as environment variables.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -132,6 +133,8 @@ def env_database(name: str, default: str) -> dict[str, Any]:
     return config
 
 
+logger = logging.getLogger(__name__)
+
 # The OTLP protocol goaai's exporters speak (opentelemetry-exporter-otlp-proto-http).
 _OTLP_PROTOCOL = "http/protobuf"
 
@@ -143,8 +146,9 @@ def env_otlp_endpoint(signal: str) -> str:
     ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` is the full URL;
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` a base URL to which ``/v1/<signal>`` is added.
     Neither set, ``OTEL_SDK_DISABLED=true`` or ``OTEL_<SIGNAL>_EXPORTER=none``: no
-    export. A protocol other than http/protobuf is a configuration error rather
-    than a collector silently receiving nothing."""
+    export. A protocol other than http/protobuf (grpc is a common injected
+    default) leaves the signal off with a warning that says so: goaai never fails
+    to start because of its telemetry, nor sends a collector what it cannot read."""
     upper = signal.upper()
     if env_bool("OTEL_SDK_DISABLED", default=False):
         return ""
@@ -159,9 +163,14 @@ def env_otlp_endpoint(signal: str) -> str:
         protocol = os.environ.get(name, "").strip()
         if protocol:
             if protocol != _OTLP_PROTOCOL:
-                raise ImproperlyConfigured(
-                    f"{name}: goaai exports OTLP over {_OTLP_PROTOCOL} only, not {protocol!r}"
+                logger.warning(
+                    "%s is %r, but goaai exports OTLP over %s only: %s are not exported.",
+                    name,
+                    protocol,
+                    _OTLP_PROTOCOL,
+                    signal,
                 )
+                return ""
             break
     parsed = urlsplit(endpoint)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:

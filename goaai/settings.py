@@ -261,6 +261,10 @@ if GOAAI_EXECUTOR == "thread" and isinstance(_POOL, dict) and not env_str("DATAB
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
 GOAAI_RUN_WAIT_SECONDS = env_int("GOAAI_RUN_WAIT_SECONDS", 300)
+# A run waiting for an OpenAI-compatible client's own tools is canceled once it has
+# waited this long (the client's next request to /v1/ notices), as OpenAI expires a
+# response's requires_action after ten minutes.
+GOAAI_CLIENT_TOOL_WAIT_SECONDS = env_int("GOAAI_CLIENT_TOOL_WAIT_SECONDS", 600)
 # A worker holds a lease on the run it executes and renews it every third of this;
 # a run whose lease expired lost its worker and is taken up by another.
 GOAAI_RUN_LEASE_SECONDS = env_int("GOAAI_RUN_LEASE_SECONDS", 60)
@@ -318,12 +322,15 @@ GOAAI_OTEL_CAPTURE_CONTENT = env_bool(
 # link-local or otherwise non-public address is refused, unless it is within one of
 # these networks (CIDRs, "10.0.0.0/8") or is one of these host names.
 GOAAI_WEBHOOK_ALLOWED_NETWORKS: list[str] = env_list("GOAAI_WEBHOOK_ALLOWED_NETWORKS")
-# How long one attempt waits for the receiver's answer.
+# How long one attempt may take, from connecting to reading the answer.
 GOAAI_WEBHOOK_TIMEOUT_SECONDS = env_int("GOAAI_WEBHOOK_TIMEOUT_SECONDS", 10)
 # How often each server and worker looks for deliveries that are due (a delivery
 # made in the same process goes out at once), and how many it sends at a time.
 GOAAI_WEBHOOK_POLL_SECONDS = env_int("GOAAI_WEBHOOK_POLL_SECONDS", 5)
 GOAAI_WEBHOOK_SENDERS = env_int("GOAAI_WEBHOOK_SENDERS", 4)
+# How many of them one endpoint may have at once: a slow receiver delays its own
+# deliveries, not everyone's.
+GOAAI_WEBHOOK_SENDERS_PER_ENDPOINT = env_int("GOAAI_WEBHOOK_SENDERS_PER_ENDPOINT", 1)
 
 # The REST API (goaai.api): session login for the browser, API tokens for integrations.
 REST_FRAMEWORK = {

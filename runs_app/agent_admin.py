@@ -25,6 +25,9 @@ from goaai.runtime.config import ConfigError
 from runs_app import agents as agent_services
 from runs_app.models import AgentDefinition, AgentVersion
 
+# The most the agent page waits for its MCP servers, started all at once.
+LISTING_SECONDS = 5.0
+
 
 class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
@@ -94,7 +97,22 @@ class AgentDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The id is chosen once; runs name their agent by it.
         fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            fields.append("shown_mcp_servers")
         return [*fields, "agent"] if obj is not None else fields
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = [f for f in super().get_fields(request, obj) if f != "shown_mcp_servers"]
+        if obj is not None and not self.has_change_permission(request, obj):
+            # Those who may only look see the servers as the API shows them to
+            # non-editors: no env or header values, args, cwd or URL query.
+            return ["shown_mcp_servers" if f == "mcp_servers" else f for f in fields]
+        return fields
+
+    @admin.display(description="MCP servers")
+    def shown_mcp_servers(self, obj: AgentDefinition) -> str:
+        shown = agent_services.redacted({"mcp_servers": obj.mcp_servers})
+        return format_html("<pre>{}</pre>", json.dumps(shown["mcp_servers"], indent=2))
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
@@ -114,7 +132,8 @@ class AgentDefinitionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except ConfigError as exc:
             return str(exc)
         unavailable: dict[str, str] = {}
-        tools = rt.agents.tools_of(agent, unavailable=unavailable)
+        rt.agents.start_mcp_servers([agent])
+        tools = rt.agents.tools_of(agent, unavailable=unavailable, within=LISTING_SECONDS)
         rows = format_html_join(
             "",
             "<li><code>{}</code> ({}{}): {}<pre>{}</pre></li>",
@@ -158,3 +177,17 @@ class AgentVersionAdmin(ReadOnlyAdmin):
     search_fields = ["agent"]
     list_select_related = ["created_by"]
     fields = ["agent", "number", "source", "definition", "fingerprint", "created_by", "created_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Only those who may edit agents see their servers' declarations as written.
+        if request.user.has_perm("runs_app.change_agentdefinition"):
+            return list(self.fields)
+        return ["shown_definition" if f == "definition" else f for f in self.fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "shown_definition"]
+
+    @admin.display(description="Definition")
+    def shown_definition(self, obj: AgentVersion) -> str:
+        shown = agent_services.redacted(obj.definition)
+        return format_html("<pre>{}</pre>", json.dumps(shown, indent=2))

@@ -11,6 +11,7 @@ source of the agents kept here.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -18,7 +19,7 @@ from django.db.models import Max
 
 from goaai.runtime import rt
 from goaai.runtime.agents import Agent, check_agent
-from goaai.runtime.config import ConfigError
+from goaai.runtime.config import ConfigError, McpServer, has_references, parse_mcp_servers
 from runs_app.models import AgentDefinition, AgentVersion
 
 # The fields of an agent a person edits (the id is set once, when it is created).
@@ -75,7 +76,7 @@ def agent_save(agent_id: str, changes: dict[str, Any], *, by: int | None) -> Age
             if name not in EDITABLE_FIELDS:
                 raise ConfigError(f"{name}: not a field of an agent that can be changed.")
             setattr(row, name, value)
-        row.mcp_servers = _keep_hidden(old_servers, row.mcp_servers)
+        row.mcp_servers = _keep_hidden(old_servers, _unwrapped(row.mcp_servers))
         # Without a person (``by`` None) it is goaai's own code that saves.
         check_commands(old_servers, row.mcp_servers, superuser=by is None or _is_superuser(by))
         agent = check_definition(row.as_definition())
@@ -105,43 +106,94 @@ def _is_superuser(user_id: int | None) -> bool:
     )
 
 
-def redacted(definition: dict[str, Any]) -> dict[str, Any]:
-    """``definition`` with the values of its MCP servers' env and headers hidden."""
+def redacted(definition: dict[str, Any], *, editor: bool = False) -> dict[str, Any]:
+    """``definition`` with what its MCP servers may hold of secrets hidden: the
+    values of env and headers from everyone; for those who may not edit the agent
+    (not ``editor``) also its args, cwd, and its URL's credentials and query."""
     servers = definition.get("mcp_servers")
     if not isinstance(servers, dict) or not servers:
         return definition
     shown = {}
     for name, server in servers.items():
         server = dict(server) if isinstance(server, dict) else server
-        for secret in ("env", "headers"):
-            if isinstance(server, dict) and isinstance(server.get(secret), dict):
-                server[secret] = dict.fromkeys(server[secret], HIDDEN)
+        if isinstance(server, dict):
+            for secret in ("env", "headers"):
+                if isinstance(server.get(secret), dict):
+                    server[secret] = dict.fromkeys(server[secret], HIDDEN)
+            if not editor:
+                _hide_launch(server)
         shown[name] = server
     return {**definition, "mcp_servers": shown}
 
 
-def _commands(servers: Any) -> list[Any]:
-    """The MCP servers of ``servers`` that goaai starts as a command."""
-    if not isinstance(servers, dict):
-        return []
-    return [
-        [name, server]
-        for name, server in sorted(servers.items())
-        if isinstance(server, dict) and server.get("command")
-    ]
+def _hide_launch(server: dict[str, Any]) -> None:
+    """Hide the parts of a server's declaration that commonly carry keys
+    (``--api-key=...``, ``?token=...``, a user's directory)."""
+    if isinstance(server.get("args"), list) and server["args"]:
+        server["args"] = [HIDDEN]
+    if server.get("cwd") is not None:
+        server["cwd"] = HIDDEN
+    if isinstance(server.get("url"), str):
+        server["url"] = _bare_url(server["url"])
+
+
+def _bare_url(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    query = HIDDEN if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _unwrapped(servers: Any) -> Any:
+    """``servers`` without the ``{"mcpServers": {...}}`` wrapper of MCP clients'
+    files, which an agent's servers may be given in."""
+    if isinstance(servers, dict) and set(servers) == {"mcpServers"}:
+        return servers["mcpServers"]
+    return servers
+
+
+def _privileged(servers: Any) -> dict[str, McpServer]:
+    """The servers of ``servers`` (parsed as the runtime reads them, wrapper and
+    all) that only a superuser may declare: those goaai starts as a command, and
+    those whose env or headers read goaai's environment (``${NAME}``)."""
+    parsed = parse_mcp_servers(servers, where="mcp_servers")
+    return {
+        name: server
+        for name, server in parsed.items()
+        if server.transport == "stdio" or has_references(server)
+    }
+
+
+def _launch(server: McpServer) -> tuple[Any, ...]:
+    """What decides what a server runs or what it is sent of goaai's environment."""
+    return (server.command, server.args, server.env, server.cwd, server.url, server.headers)
 
 
 def check_commands(old: Any, new: Any, *, superuser: bool) -> None:
-    """:class:`ConfigError` unless the MCP servers ``new`` starts as commands are
-    among those of ``old`` or a superuser declares them: such a server runs a
-    program on goaai's machines."""
+    """:class:`ConfigError` unless each MCP server of ``new`` that goaai starts as
+    a command (or that reads goaai's environment) is declared as it is in ``old``,
+    or a superuser declares it: such a server runs a program on goaai's machines,
+    or sends goaai's secrets wherever its URL points. Checked on the servers as
+    the runtime parses them, so no form of the declaration slips past."""
     if superuser:
         return
-    before = _commands(old)
-    if any(command not in before for command in _commands(new)):
+    try:
+        before = _privileged(old)
+    except ConfigError:
+        before = {}
+    try:
+        after = _privileged(new)
+    except ConfigError as exc:
+        raise ConfigError(f"mcp_servers: {exc}") from None
+    if any(
+        name not in before or _launch(before[name]) != _launch(server)
+        for name, server in after.items()
+    ):
         raise ConfigError(
             "mcp_servers: only a superuser may declare an MCP server that goaai starts "
-            "as a command; declare it by url, or ask a superuser."
+            "as a command, or one whose env or headers read goaai's environment "
+            "(${NAME}); declare it by url, or ask a superuser."
         )
 
 

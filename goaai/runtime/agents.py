@@ -11,17 +11,21 @@ with, and how data agents are stored.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from goaai.runtime.config import (
     ConfigError,
     McpServer,
     RuntimeConfig,
     import_string,
+    is_mcp_toolset,
     parse_mcp_servers,
+    server_name,
 )
 from goaai.runtime.conversation import ConversationSettings
 from goaai.runtime.errors import ToolsetUnavailable, UnknownAgent
@@ -31,7 +35,16 @@ from goaai.runtime.policy import Policy
 from goaai.runtime.tools import TOOLSETS, tools_for
 from goaai.runtime.tools.agents import agent_tool
 from goaai.runtime.tools.base import Tool
-from goaai.runtime.tools.mcp import McpClients, is_mcp_toolset, mcp_tools, server_name
+
+if TYPE_CHECKING:
+    from goaai.runtime.tools.mcp import McpClients
+
+
+def _mcp() -> ModuleType:
+    """The MCP client module, loaded the first time an agent's MCP server is used:
+    the SDK also loads its server side (a web framework and an ASGI server), which
+    nothing else of the runtime needs."""
+    return importlib.import_module("goaai.runtime.tools.mcp")
 
 
 @dataclass(frozen=True)
@@ -321,7 +334,11 @@ class AgentRegistry:
         return sorted(agents.values(), key=lambda agent: agent.id)
 
     def tools_of(
-        self, agent: Agent, *, unavailable: dict[str, str] | None = None
+        self,
+        agent: Agent,
+        *,
+        unavailable: dict[str, str] | None = None,
+        within: float | None = None,
     ) -> dict[str, Tool]:
         """Every tool ``agent`` declares: its toolsets' tools (an MCP server's as it
         lists them) and ``ask_<id>`` for each agent it may call, by name (before a
@@ -329,7 +346,9 @@ class AgentRegistry:
 
         :class:`ToolsetUnavailable` when an MCP server cannot be reached, or two
         toolsets offer a tool of the same name; with ``unavailable``, that toolset
-        is left out and what is wrong is noted there by toolset instead.
+        is left out and what is wrong is noted there by toolset instead. With
+        ``within``, each MCP server is waited for at most that long (one still
+        starting is noted as such).
         """
         tools = tools_for(tuple(name for name in agent.toolsets if not is_mcp_toolset(name)))
         for delegate in agent.delegates:
@@ -339,7 +358,7 @@ class AgentRegistry:
             if not is_mcp_toolset(toolset):
                 continue
             try:
-                tools.update(self._mcp_tools(agent, toolset, tools))
+                tools.update(self._mcp_tools(agent, toolset, tools, within))
             except ToolsetUnavailable as exc:
                 if unavailable is None:
                     raise
@@ -350,12 +369,28 @@ class AgentRegistry:
         """The MCP server ``name`` as ``agent`` sees it: its own, or the config's."""
         return agent.mcp_server(name) or self.mcp_servers.get(name)
 
-    def _mcp_tools(self, agent: Agent, toolset: str, taken: dict[str, Tool]) -> dict[str, Tool]:
+    def start_mcp_servers(self, agents: Iterable[Agent]) -> None:
+        """Start the MCP servers ``agents`` name, all at once and without waiting,
+        so that listing their tools next waits for the slowest, not for the sum."""
+        servers = {
+            server
+            for agent in agents
+            for toolset in agent.toolsets
+            if is_mcp_toolset(toolset)
+            and (server := self.mcp_server(agent, server_name(toolset))) is not None
+        }
+        if servers:
+            clients = self.mcp_clients or _mcp().MCP_CLIENTS
+            clients.start(sorted(servers, key=lambda server: server.name))
+
+    def _mcp_tools(
+        self, agent: Agent, toolset: str, taken: dict[str, Tool], within: float | None
+    ) -> dict[str, Tool]:
         name = server_name(toolset)
         server = self.mcp_server(agent, name)
         if server is None:
             raise ToolsetUnavailable(f"No MCP server {name!r} is declared (toolset {toolset!r}).")
-        found = mcp_tools(server, self.mcp_clients)
+        found: dict[str, Tool] = _mcp().mcp_tools(server, self.mcp_clients, within=within)
         # A tool the model calls by a name two toolsets offer would be a guess.
         clash = sorted(set(found) & set(taken))
         if clash:

@@ -184,6 +184,17 @@ def _builtin_only() -> Mapping[str, ModelProfile]:
 # The ways goaai reaches an MCP server: a command it starts and talks to over
 # stdin/stdout, or a URL speaking MCP's streamable HTTP.
 MCP_TRANSPORTS = ("stdio", "http")
+# The toolset an agent names an MCP server by: "mcp:<server name>".
+MCP_TOOLSET_PREFIX = "mcp:"
+
+
+def is_mcp_toolset(name: str) -> bool:
+    return name.startswith(MCP_TOOLSET_PREFIX)
+
+
+def server_name(toolset: str) -> str:
+    """The server a toolset ``mcp:<name>`` names."""
+    return toolset[len(MCP_TOOLSET_PREFIX) :]
 
 
 @dataclass(frozen=True)
@@ -194,8 +205,11 @@ class McpServer:
     and ``cwd`` for a server goaai starts (stdio), or ``url`` and ``headers`` for
     one it calls over streamable HTTP. Its tools need a person's approval for every
     call unless the server is ``trusted``. ``timeout_seconds`` bounds each call,
-    ``startup_seconds`` starting the server and listing its tools; ``tools``, when
-    given, is the only tools of the server agents are offered.
+    ``startup_seconds`` starting the server and listing its tools (each at most
+    :data:`MCP_MAX_SECONDS`); ``tools``, when given, is the only tools of the
+    server agents are offered. Values of ``env`` and ``headers`` may name
+    variables of goaai's environment as ``${NAME}``, read when the server is
+    started or connected to (the declaration keeps the name, not the value).
     """
 
     name: str
@@ -245,8 +259,8 @@ class McpServer:
             url=url,
             headers=_string_map(where, data, "headers"),
             trusted=trusted,
-            timeout_seconds=_number(where, data, "timeout_seconds", 30.0),
-            startup_seconds=_number(where, data, "startup_seconds", 30.0),
+            timeout_seconds=_mcp_seconds(where, data, "timeout_seconds"),
+            startup_seconds=_mcp_seconds(where, data, "startup_seconds"),
             tools=_strings(where, data, "tools") if data.get("tools") is not None else None,
         )
 
@@ -294,6 +308,31 @@ def _mcp_transport(where: str, data: Mapping[str, Any]) -> tuple[str, str]:
     if command and "headers" in data:
         raise ConfigError(f"{where}: headers belong to a server reached by url.")
     return command, url
+
+
+# The longest an MCP server's start or call may be given: a bound the clients'
+# waits can always represent.
+MCP_MAX_SECONDS = 3600.0
+
+
+def _mcp_seconds(where: str, data: Mapping[str, Any], key: str) -> float:
+    value = data.get(key, 30.0)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MCP_MAX_SECONDS
+    ):
+        raise ConfigError(
+            f"{where}: {key} must be a number of seconds above 0 and at most "
+            f"{MCP_MAX_SECONDS:g}, not {value!r}."
+        )
+    return float(value)
+
+
+def has_references(server: McpServer) -> bool:
+    """Whether ``server``'s env or headers name variables of goaai's environment
+    (``${NAME}``), which are read when it is started or connected to."""
+    return any("${" in value for _, value in (*server.env, *server.headers))
 
 
 _MCP_KEYS = {

@@ -4,6 +4,7 @@ and edit the agents kept as data (each change a new version)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +72,8 @@ class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
         required=False,
         help_text="The agent's own MCP servers by name (command, args, env, cwd; or url, "
         "headers; trusted, timeout_seconds, startup_seconds, tools), env and header "
-        "values hidden. Present only when it declares some.",
+        "values hidden; to those who may not change agents, args, cwd and the URL's "
+        "query hidden too. Present only when it declares some.",
     )
     unavailable_toolsets = UnavailableToolsetSerializer(
         many=True,
@@ -114,7 +116,8 @@ class AgentVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-
 
     def to_representation(self, instance: AgentVersion) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
-        data["definition"] = agent_services.redacted(data["definition"])
+        editor = bool(self.context.get("editor"))
+        data["definition"] = agent_services.redacted(data["definition"], editor=editor)
         return data
 
 
@@ -124,11 +127,29 @@ class AgentVersionListSerializer(serializers.Serializer):  # type: ignore[type-a
     results = AgentVersionSerializer(many=True)
 
 
-def describe(agent: Agent, version: int | None = None) -> dict[str, Any]:
+# The most a listing of agents waits for their MCP servers, all started at once: a
+# server that is slower is noted as still starting, and one that failed to start
+# is remembered for a while (see goaai.runtime.tools.mcp), so a down server slows
+# neither this request past the budget nor the next ones.
+LISTING_SECONDS = 5.0
+
+
+def may_edit(request: Request) -> bool:
+    """Whether the caller may edit agents, and so see their servers' declarations
+    (args, cwd, URLs) as written."""
+    return has_permission(request.user, AgentDefinition, "change")
+
+
+def describe(
+    agent: Agent, version: int | None = None, *, editor: bool = False, within: float | None = None
+) -> dict[str, Any]:
     unavailable: dict[str, str] = {}
-    tools = rt.agents.tools_of(agent, unavailable=unavailable)
+    if within is None:
+        rt.agents.start_mcp_servers([agent])
+        within = LISTING_SECONDS
+    tools = rt.agents.tools_of(agent, unavailable=unavailable, within=within)
     return {
-        **agent_services.redacted(agent.as_dict()),
+        **agent_services.redacted(agent.as_dict(), editor=editor),
         "unavailable_toolsets": [
             {"toolset": toolset, "detail": detail} for toolset, detail in unavailable.items()
         ],
@@ -207,8 +228,19 @@ class AgentListView(APIView):
         responses={200: AgentListSerializer},
     )
     def get(self, request: Request) -> Response:
-        versions = _versions()
-        results = [describe(agent, versions.get(agent.id)) for agent in rt.agents.all()]
+        versions, editor = _versions(), may_edit(request)
+        agents = rt.agents.all()
+        rt.agents.start_mcp_servers(agents)
+        deadline = time.monotonic() + LISTING_SECONDS
+        results = [
+            describe(
+                agent,
+                versions.get(agent.id),
+                editor=editor,
+                within=max(0.0, deadline - time.monotonic()),
+            )
+            for agent in agents
+        ]
         return Response({"next": None, "previous": None, "results": results})
 
     @extend_schema(
@@ -237,7 +269,8 @@ class AgentListView(APIView):
             raise _invalid(exc) from None
         log_actions(request.user, [row], ADDITION, "Created (API)")
         return Response(
-            describe(rt.agents.get(agent_id), row.version), status=status.HTTP_201_CREATED
+            describe(rt.agents.get(agent_id), row.version, editor=may_edit(request)),
+            status=status.HTTP_201_CREATED,
         )
 
 
@@ -257,7 +290,9 @@ class AgentDetailView(APIView):
         operation_id="agents_retrieve", summary="Show an agent", responses={200: AgentSerializer}
     )
     def get(self, request: Request, agent_id: str) -> Response:
-        return Response(describe(self._agent(agent_id), _versions().get(agent_id)))
+        return Response(
+            describe(self._agent(agent_id), _versions().get(agent_id), editor=may_edit(request))
+        )
 
     @extend_schema(
         operation_id="agents_partial_update",
@@ -285,7 +320,7 @@ class AgentDetailView(APIView):
         except ConfigError as exc:
             raise _invalid(exc) from None
         log_actions(request.user, [row], CHANGE, f"Changed (API): version {row.version}")
-        return Response(describe(rt.agents.get(agent_id), row.version))
+        return Response(describe(rt.agents.get(agent_id), row.version, editor=True))
 
 
 class AgentVersionListView(APIView):
@@ -301,5 +336,7 @@ class AgentVersionListView(APIView):
         versions = AgentVersion.objects.filter(agent=agent_id).order_by("-number")
         if agent_id not in rt.agents and not versions.exists():
             raise exceptions.NotFound(f"No agent named {agent_id!r}.")
-        results = AgentVersionSerializer(versions[:200], many=True).data
+        results = AgentVersionSerializer(
+            versions[:200], many=True, context={"editor": may_edit(request)}
+        ).data
         return Response({"next": None, "previous": None, "results": results})

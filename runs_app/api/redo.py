@@ -110,7 +110,7 @@ class RunRedoViewSet(ScopedViewSet):
         run = self.get_object()
         owner_id = run_owner_id(run)
         self.require(Run, "add", owner_id)
-        check_run_throttles(self, request, self.get_throttles())
+        check_run_throttles(self, request)
         handle = rt.redo(run.pk, how, input=text, created_by=request.user)
         created = Run.objects.get(pk=handle.run_id)
         self.log_for_others(created, owner_id, ADDITION, f"Started a run ({how.value})")

@@ -8,6 +8,7 @@ changed without a restart of the class machinery.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
@@ -47,14 +48,28 @@ class _RunThrottle(SimpleRateThrottle):
         self.cache.set(self.key, self.history, self.duration)
 
 
-def check_run_throttles(view: Any, request: Request, throttles: list[Any]) -> None:
-    """Refuse the request if any limit is reached; count it against all otherwise.
+class RunStartThrottled(Exception):
+    """A limit on starting runs is reached; ``wait``: seconds until one is free
+    (``None`` when unknown)."""
 
-    The counters live in the cache (Redis when there is one): while it cannot be
-    reached, :class:`ServiceUnavailable`, before anything is written. Letting runs
-    through uncounted would lift every limit for as long as Redis is away."""
+    def __init__(self, wait: float | None) -> None:
+        super().__init__("Too many runs started.")
+        self.wait = wait
+
+
+def run_start_throttle(*, user: Any, token: Any) -> None:
+    """Count a run ``user`` starts (with API ``token``, if any) against their
+    limits, or refuse it with :class:`RunStartThrottled` if any is reached; the
+    same counters whichever way the run is started (the REST API, ``/v1/``, MCP).
+
+    A request one limit refuses is counted against none. The counters live in the
+    cache (Redis when there is one): while it cannot be reached,
+    :class:`ServiceUnavailable`, before anything is written. Letting runs through
+    uncounted would lift every limit for as long as Redis is away."""
+    request = SimpleNamespace(user=user, auth=token)
+    throttles = [RunCreateUserThrottle(), RunCreateTokenThrottle()]
     try:
-        waits = [t.wait() for t in throttles if not t.allow_request(request, view)]
+        waits = [t.wait() for t in throttles if not t.allow_request(request, None)]  # type: ignore[arg-type]
         if not waits:
             for throttle in throttles:
                 throttle.record()
@@ -65,7 +80,15 @@ def check_run_throttles(view: Any, request: Request, throttles: list[Any]) -> No
             code="rate_limits_unavailable",
         ) from exc
     if waits:
-        view.throttled(request, max((w for w in waits if w is not None), default=None))
+        raise RunStartThrottled(max((w for w in waits if w is not None), default=None))
+
+
+def check_run_throttles(view: Any, request: Request) -> None:
+    """:func:`run_start_throttle` for an API view: a refusal is the view's 429."""
+    try:
+        run_start_throttle(user=request.user, token=request.auth)
+    except RunStartThrottled as refused:
+        view.throttled(request, refused.wait)
 
 
 class RunCreateUserThrottle(_RunThrottle):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from django.db.models import QuerySet
@@ -49,6 +47,12 @@ from runs_app.api.throttles import (
 )
 from runs_app.api.unavailable import ServiceUnavailable
 from runs_app.export import session_document_stream
+from runs_app.idempotency import (
+    KEY_RULE,
+    InvalidIdempotencyKey,
+    idempotency_key_checked,
+    request_fingerprint,
+)
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.selectors import run_for_idempotency_key, runs_with_steps, with_queue
 from runs_app.tasks import QueueUnavailable
@@ -56,7 +60,6 @@ from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
 from sessions_app.selectors import sessions_with_usage
 
-MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # How the admin log words a decision on a waiting run's tool call.
 DECIDED = {
     "approve": "Approved the tool call it waited on",
@@ -68,26 +71,16 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
     description="Makes retries safe: the same key with the same body returns the run "
-    "it created (200); the same key with another body is a 409. Keys are per session, "
-    f"at most {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters.",
+    "it created (200); the same key with another body is a 409. Keys are per session: "
+    f"{KEY_RULE}.",
 )
 
 
-def _fingerprint(data: dict[str, Any]) -> str:
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def _idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH or not key.isprintable() or not key.isascii():
-        raise ValidationError(
-            {"Idempotency-Key": [f"1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters."]},
-            code="invalid",
-        )
-    return key
+    try:
+        return idempotency_key_checked(request.headers.get("Idempotency-Key"))
+    except InvalidIdempotencyKey:
+        raise ValidationError({"Idempotency-Key": [f"{KEY_RULE}."]}, code="invalid") from None
 
 
 def _replay(run: Run, fingerprint: str) -> Response:
@@ -211,12 +204,12 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
         body.is_valid(raise_exception=True)
         data = body.validated_data
         key = _idempotency_key(request)
-        fingerprint = _fingerprint(data) if key else ""
+        fingerprint = request_fingerprint(data) if key else ""
         if key is not None:
             earlier = run_for_idempotency_key(session_id=session.pk, key=key)
             if earlier is not None:
                 return _replay(earlier, fingerprint)
-        check_run_throttles(self, request, self.get_throttles())
+        check_run_throttles(self, request)
         try:
             handle = rt.start(
                 session.agent,

@@ -29,6 +29,7 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
+from goaai.api.credentials import bearer_token
 from runs_app.mcp.server import CALLER_SCOPE_KEY, server
 from runs_app.mcp.tools import Caller
 from sessions_app.api.authentication import token_user
@@ -66,14 +67,7 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 
 def _bearer(scope: dict[str, Any]) -> str | None:
     """The token of an ``Authorization: Bearer`` header ("" when it is malformed)."""
-    header = _header(scope, b"authorization")
-    if header is None:
-        return None
-    scheme, _, credentials = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    token = credentials.strip()
-    return token if token.isascii() and " " not in token else ""
+    return bearer_token(_header(scope, b"authorization"))
 
 
 async def _refuse(send: Any, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:

@@ -5,13 +5,16 @@ docstring; each answers with structured content (a JSON object) and the same obj
 as text. The names and arguments are a contract documented in the README.
 
 A call runs :mod:`runs_app.mcp.tools` in a worker thread of its own (not the one
-thread Django's async views share: ``run_start`` may wait a minute for its run),
-closing the thread's stale database connections before and after, as Channels'
-consumers do.
+thread Django's async views share), closing the thread's stale database
+connections before and after, as Channels' consumers do. Those threads are the
+event loop's few default ones, which /v1/ and every other call share: nothing holds
+one for long. ``run_start`` waits for its run on the event loop, looking at the
+run now and then in a short query, not in a thread that sleeps until it is done.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -31,6 +34,10 @@ CALLER_SCOPE_KEY = "goaai.mcp_caller"
 # How long run_start may wait for the run's answer: nginx waits longer than this
 # for a response (deploy/nginx.conf.template, location /mcp).
 MAX_WAIT_SECONDS = 60
+# How often a waiting run_start looks at its run: soon at first (most answers are
+# quick), then at most every half second.
+FIRST_LOOK_SECONDS = 0.05
+LOOK_EVERY_SECONDS = 0.5
 
 Scope = Literal["session", "user", "agent", "global"]
 SessionId = Annotated[
@@ -63,6 +70,19 @@ async def _in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) ->
 
 async def _call(ctx: Context, function: Callable[..., dict[str, Any]], **kwargs: Any) -> Any:
     return await _in_thread(function, _caller(ctx), **kwargs)
+
+
+async def _wait_for(run_id: UUID, seconds: float) -> None:
+    """Until the run has ended or waits for a person, or ``seconds`` have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    pause = FIRST_LOOK_SECONDS
+    while seconds > 0 and not await _in_thread(tools.run_settled, run_id):
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, LOOK_EVERY_SECONDS)
 
 
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -251,6 +271,6 @@ async def run_start(
         multitask=multitask,
         idempotency_key=idempotency_key,
     )
-    await _in_thread(tools.run_wait, run_id, seconds=wait_seconds)
+    await _wait_for(run_id, wait_seconds)
     result: dict[str, Any] = await _in_thread(tools.run_document, run_id)
     return result

@@ -24,17 +24,15 @@ from uuid import UUID
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
 from mcp.server.mcpserver.exceptions import ToolError
 from rest_framework.exceptions import APIException
-from rest_framework.request import Request
 from rest_framework.serializers import Serializer
 from rest_framework.utils.encoders import JSONEncoder
 
 from goaai.access import ADDITION, CHANGE, DELETION, allowed, log_actions
 from goaai.runtime import rt
 from goaai.runtime.errors import DuplicateIdempotencyKey, GoaaiError, MemoryConflict, RunActive
-from goaai.runtime.vocabulary import MemoryScope
+from goaai.runtime.vocabulary import MemoryScope, RunStatus
 from memory_app import services as memory_services
 from memory_app.access import SHARED_SCOPES
 from memory_app.api.serializers import MemoryCreateSerializer, MemoryEntrySerializer
@@ -47,12 +45,13 @@ from memory_app.selectors import (
     memory_search_user,
 )
 from runs_app.api.serializers import RunCreateSerializer, RunEventSerializer, RunSerializer
-from runs_app.api.throttles import (
-    RunCreateTokenThrottle,
-    RunCreateUserThrottle,
-    check_run_throttles,
+from runs_app.api.throttles import RunStartThrottled, run_start_throttle
+from runs_app.idempotency import (
+    KEY_RULE,
+    InvalidIdempotencyKey,
+    idempotency_key_checked,
+    request_fingerprint,
 )
-from runs_app.api.views import MAX_IDEMPOTENCY_KEY_LENGTH, _fingerprint
 from runs_app.models import Run
 from runs_app.selectors import run_for_idempotency_key, with_queue
 from runs_app.tasks import QueueUnavailable
@@ -324,34 +323,23 @@ def session_events(caller: Caller, *, session: UUID, after: int, limit: int) -> 
     }
 
 
-class _Throttled:
-    """Stands for the view the run-start limits report to: a refusal is a tool error."""
-
-    def throttled(self, request: Request, wait: float | None) -> None:
-        later = f" Retry in {int(wait) + 1} s." if wait is not None else ""
-        raise ToolError(f"rate_limited: too many runs started.{later}")
-
-
 def _check_throttles(caller: Caller) -> None:
     """The REST API's limits on starting runs (per user, per token), counted alike."""
-    request = Request(HttpRequest())
-    request.user = caller.user
-    request.auth = caller.token
-    throttles = [RunCreateUserThrottle(), RunCreateTokenThrottle()]
     try:
-        check_run_throttles(_Throttled(), request, throttles)
+        run_start_throttle(user=caller.user, token=caller.token)
+    except RunStartThrottled as refused:
+        later = f" Retry in {int(refused.wait) + 1} s." if refused.wait is not None else ""
+        raise ToolError(f"rate_limited: too many runs started.{later}") from None
     except APIException as exc:  # the counters are unavailable (503 in the API)
         raise ToolError(str(exc.detail)) from None
 
 
 def _check_idempotency_key(key: str | None, session: UUID | None) -> None:
-    if key is None:
-        return
-    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH or not key.isprintable() or not key.isascii():
-        raise ToolError(
-            f"idempotency_key: 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters."
-        )
-    if session is None:
+    try:
+        idempotency_key_checked(key)
+    except InvalidIdempotencyKey:
+        raise ToolError(f"idempotency_key: {KEY_RULE}.") from None
+    if key is not None and session is None:
         raise ToolError("idempotency_key: keys are per session; name the `session`.")
 
 
@@ -393,7 +381,7 @@ def run_start(
         body["multitask"] = multitask
     data = _validated(RunCreateSerializer(data=body))
     _check_idempotency_key(idempotency_key, session)
-    fingerprint = _fingerprint(data) if idempotency_key else ""
+    fingerprint = request_fingerprint(data) if idempotency_key else ""
     if session is not None and idempotency_key is not None:
         earlier = run_for_idempotency_key(
             session_id=_own_session(caller, session).pk, key=idempotency_key
@@ -401,21 +389,26 @@ def run_start(
         if earlier is not None:
             return _replay(earlier, fingerprint)
     _check_throttles(caller)
-    found = _run_session(caller, session, agent)
     try:
-        handle = rt.start(
-            found.agent,
-            data["input"],
-            session=found.pk,
-            labels=data["labels"],
-            metadata=data["metadata"],
-            created_by=caller.user,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-            multitask=data.get("multitask"),
-        )
+        # A session made for this run goes with it if the run cannot start. (The
+        # run is handed to the queue once this commits: a queue that is down
+        # leaves both recorded, and the run starts once it is back.)
+        with transaction.atomic():
+            found = _run_session(caller, session, agent)
+            handle = rt.start(
+                found.agent,
+                data["input"],
+                session=found.pk,
+                labels=data["labels"],
+                metadata=data["metadata"],
+                created_by=caller.user,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+                multitask=data.get("multitask"),
+            )
     except DuplicateIdempotencyKey:
-        # Two calls with the same key raced; the other one created the run.
+        # Two calls with the same key raced; the other one created the run (in the
+        # caller's own session: a key needs one, so none was made here).
         earlier = run_for_idempotency_key(session_id=found.pk, key=idempotency_key or "")
         if earlier is None:
             raise
@@ -432,10 +425,11 @@ def run_start(
     return handle.run_id
 
 
-def run_wait(run_id: UUID, *, seconds: float) -> None:
-    """Wait up to ``seconds`` for the run to end or to wait for a person."""
-    if seconds > 0:
-        rt.wait(run_id, timeout=seconds)
+def run_settled(run_id: UUID) -> bool:
+    """Whether the run has ended or waits for a person (what ``run_start`` waits
+    for); one short query, so that a waiting call holds no thread between looks."""
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    return status is None or status == RunStatus.AWAITING_INPUT or RunStatus(status).is_terminal
 
 
 def run_document(run_id: UUID) -> dict[str, Any]:

@@ -42,8 +42,15 @@ class State:
 
     @property
     def settled(self) -> bool:
-        """Whether the exchange is over: the run ended or waits for the caller."""
-        return RunStatus(self.run.status).is_terminal or bool(self.calls)
+        """Whether the exchange is over: the run ended or waits (for the caller's
+        tools, or for a person: see :func:`awaiting_notice`)."""
+        return RunStatus(self.run.status).is_terminal or self.run.status == RunStatus.AWAITING_INPUT
+
+    @property
+    def awaiting_person(self) -> bool:
+        """Whether the run waits for a person (an approval, an answer), not for the
+        caller's tools."""
+        return self.run.status == RunStatus.AWAITING_INPUT and not self.calls
 
     @property
     def message_id(self) -> str:
@@ -67,13 +74,36 @@ def state(run_id: UUID, first_turn: int = 0) -> State:
         finish = "length"
     else:
         finish = "stop"
+    said = [t.response_text for t in turns if t.response_text]
+    if run.status == RunStatus.AWAITING_INPUT and not calls:
+        said.append(awaiting_notice(run))
     return State(
         run=run,
         first_turn=first_turn,
-        text=TURN_SEPARATOR.join(t.response_text for t in turns if t.response_text),
+        text=TURN_SEPARATOR.join(said),
         calls=calls,
         usage=usage,
         finish_reason=finish,
+    )
+
+
+_WAITS_FOR: dict[str, str] = {
+    AwaitingKind.APPROVAL: "a person to approve or deny one of its tool calls",
+    AwaitingKind.QUESTION: 'an answer to its question "{question}"',
+    AwaitingKind.DELEGATED: "a person, through an agent it called",
+}
+
+
+def awaiting_notice(run: Run) -> str:
+    """What an exchange says of a run that waits for a person: the exchange ends
+    there (OpenAI's APIs have no such wait) and names the run and how to answer."""
+    awaiting = run.awaiting or {}
+    template = _WAITS_FOR.get(str(awaiting.get("kind") or ""), "input")
+    what = template.format(question=awaiting.get("question") or "")
+    return (
+        f"[goaai] Run {run.pk} waits for {what.strip()}. Answer it with "
+        f"POST /api/v1/runs/{run.pk}/respond/ or in the chat at /sessions/{run.session_id}/; "
+        f"its answer is then at GET /v1/responses/resp_{run.pk.hex}."
     )
 
 
@@ -98,23 +128,30 @@ def _pending_calls(run: Run) -> list[PendingCall]:
 
 def refusal(current: State) -> OpenAIError | None:
     """The error a run that did not answer is, for the chat API (which has no
-    failed completion): ``None`` for a run that answered or waits for the caller."""
+    failed completion): ``None`` for a run that answered or waits.
+
+    A run that failed or timed out is recorded and over: a 422 the SDKs do not
+    retry (a retry would start the same run again), with ``X-Should-Retry: false``
+    to make sure. One still running once the wait is spent is a 504; a retry of it
+    follows the same run (see :func:`runs_app.openai_api.exchange.begin`)."""
     run = current.run
     if run.status == RunStatus.FAILED:
         return OpenAIError(
-            502,
+            422,
             f"The agent's run {run.pk} failed ({run.error_kind}): {run.error_message}",
             code=run.error_kind or "run_failed",
-            type="server_error",
+            type="run_error",
+            should_retry=False,
         )
     if run.status == RunStatus.TIMED_OUT:
         return OpenAIError(
-            504,
+            422,
             f"The agent's run {run.pk} timed out: {run.error_message}",
             code="timeout",
-            type="server_error",
+            type="run_error",
+            should_retry=False,
         )
-    if not current.settled and run.status != RunStatus.AWAITING_INPUT:
+    if not current.settled:
         return OpenAIError(
             504,
             f"The agent's run {run.pk} is still {run.status}; follow it at /api/v1/runs/{run.pk}/.",
@@ -151,7 +188,10 @@ def chat_tool_calls(calls: list[PendingCall], *, indexed: bool = False) -> list[
 
 def goaai_extra(run: Run) -> dict[str, Any]:
     """Where the exchange is recorded (a field OpenAI's SDKs keep as an extra)."""
-    return {"run": str(run.pk), "session": str(run.session_id), "status": run.status}
+    extra = {"run": str(run.pk), "session": str(run.session_id), "status": run.status}
+    if run.status == RunStatus.AWAITING_INPUT:
+        extra["awaiting"] = str((run.awaiting or {}).get("kind") or "")
+    return extra
 
 
 def chat_id(run: Run) -> str:
@@ -251,6 +291,8 @@ def function_call_item(call: PendingCall, *, done: bool = True) -> dict[str, Any
 def response_status(current: State) -> str:
     if current.calls:
         return "completed"
+    if current.awaiting_person:
+        return "incomplete"
     status = _RESPONSE_STATUS.get(RunStatus(current.run.status))
     return status or "in_progress"
 
@@ -275,7 +317,7 @@ def response_object(
         "completed_at": run.ended_at.timestamp() if run.ended_at and with_output else None,
         "status": status,
         "error": error,
-        "incomplete_details": None,
+        "incomplete_details": {"reason": "awaiting_input"} if status == "incomplete" else None,
         "instructions": run.instructions or None,
         "metadata": {},
         "model": model,

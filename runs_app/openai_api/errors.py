@@ -17,6 +17,7 @@ class OpenAIError(Exception):
         param: str | None = None,
         type: str = "invalid_request_error",
         retry_after: int | None = None,
+        should_retry: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -25,6 +26,8 @@ class OpenAIError(Exception):
         self.param = param
         self.type = type
         self.retry_after = retry_after
+        # Told to OpenAI's SDKs, which otherwise retry every 408, 409, 429 and 5xx.
+        self.should_retry = should_retry
 
     def body(self) -> dict[str, dict[str, str | None]]:
         return {
@@ -42,6 +45,8 @@ class OpenAIError(Exception):
             response["WWW-Authenticate"] = 'Bearer realm="goaai"'
         if self.retry_after is not None:
             response["Retry-After"] = str(self.retry_after)
+        if self.should_retry is not None:
+            response["X-Should-Retry"] = "true" if self.should_retry else "false"
         return response
 
 

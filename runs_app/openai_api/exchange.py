@@ -6,17 +6,20 @@ permission), its rate limits, ``Idempotency-Key`` replays.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import datetime as dt
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
-from redis.exceptions import RedisError
+from django.utils import timezone
+from rest_framework.exceptions import APIException
 
 from goaai.access import allowed
 from goaai.runtime import rt
@@ -31,7 +34,13 @@ from goaai.runtime.errors import (
 )
 from goaai.runtime.types import Branch
 from goaai.runtime.vocabulary import AwaitingKind, EventType, Multitask, RunStatus
-from runs_app.api.throttles import RunCreateTokenThrottle, RunCreateUserThrottle
+from runs_app.api.throttles import RunStartThrottled, run_start_throttle
+from runs_app.idempotency import (
+    KEY_RULE,
+    InvalidIdempotencyKey,
+    idempotency_key_checked,
+    request_fingerprint,
+)
 from runs_app.models import Run, ToolCall
 from runs_app.openai_api import conversation
 from runs_app.openai_api.conversation import Said
@@ -41,10 +50,12 @@ from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
 
-MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # A prefix some clients put before the model's name (LiteLLM-style routing).
 MODEL_PREFIX = "goaai/"
 CALL_PREFIX = "call_"
+# Why a run that waited for the caller's tools was canceled.
+TOOL_WAIT_EXPIRED = "The wait for the caller's tool results expired."
+TOOL_WAIT_DROPPED = "A new message came to the session instead of the caller's tool results."
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,9 @@ class Ask:
     # The body as sent, for telling an Idempotency-Key replay from a reuse.
     body: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
+    # Whether the client says the request is its retry of one that failed (the
+    # OpenAI SDKs count their attempts in X-Stainless-Retry-Count).
+    retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,14 +108,10 @@ def agent_id(model: str) -> str:
 
 
 def idempotency_key(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    if not 0 < len(raw) <= MAX_IDEMPOTENCY_KEY_LENGTH or not (raw.isprintable() and raw.isascii()):
-        raise invalid(
-            f"Idempotency-Key: 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters.",
-            param="Idempotency-Key",
-        )
-    return raw
+    try:
+        return idempotency_key_checked(raw)
+    except InvalidIdempotencyKey:
+        raise invalid(f"Idempotency-Key: {KEY_RULE}.", param="Idempotency-Key") from None
 
 
 def call_id(tool_call: UUID) -> str:
@@ -121,29 +131,84 @@ def _tool_call_uuid(raw: str, param: str) -> UUID:
 def begin(user: Any, token: Any, ask: Ask) -> Started:
     """Record the request: the caller's tool results, or a new run."""
     agent = agent_id(ask.model)
+    expire_tool_waits(owner_id=user.pk)
     if ask.tool_outputs:
         return _answer_tools(user, agent, ask)
-    key = ask.idempotency_key
-    fingerprint = _fingerprint(ask.body) if key else ""
-    if key is not None:
-        earlier = _run_for_key(user, key)
-        if earlier is not None:
-            return _replay(earlier, fingerprint, ask.model)
+    fingerprint = request_fingerprint(ask.body)
+    earlier = _earlier_attempt(user, ask, fingerprint)
+    if earlier is not None:
+        return earlier
+    _check_message(ask)
+    target = _target(user, agent, ask)
+    _check_throttles(user, token)
+    try:
+        return _start(user, agent, ask, target, fingerprint)
+    except DuplicateIdempotencyKey:
+        # The key was used in the session by a run started another way.
+        raise conflict(
+            "This Idempotency-Key was used for a different request.", code="idempotency_key_reused"
+        ) from None
+
+
+def _check_message(ask: Ask) -> None:
+    param = "messages" if ask.endpoint == "chat.completions" else "input"
     if not ask.said or ask.said[-1].role != "user":
         raise invalid(
             "The last message must be the user's (or the results of the calls of your "
             "tools that the run waits for).",
-            param="messages" if ask.endpoint == "chat.completions" else "input",
+            param=param,
         )
-    target = _target(user, agent, ask)
-    _check_throttles(user, token)
-    try:
-        return _start(user, agent, ask, target, key, fingerprint)
-    except DuplicateIdempotencyKey:
-        earlier = _run_for_key(user, key) if key else None
-        if earlier is None:
-            raise
-        return _replay(earlier, fingerprint, ask.model)
+    if not ask.said[-1].text:
+        raise invalid("The user's message is empty.", param=param, code="empty_message")
+
+
+def _earlier_attempt(user: Any, ask: Ask, fingerprint: str) -> Started | None:
+    """The run an earlier attempt at this request started: the one its
+    Idempotency-Key names or, for a client's retry without a key, the caller's
+    latest run of the same request, started within the wait for a run (the retry of
+    a request that failed or timed out follows the run it started)."""
+    if ask.idempotency_key is not None:
+        earlier = _run_for_key(user, ask.idempotency_key)
+    elif ask.retry:
+        since = timezone.now() - dt.timedelta(seconds=rt.config.run_wait_seconds)
+        earlier = (
+            Run.objects.filter(
+                session__owner_id=user.pk,
+                parent_run__isnull=True,
+                metadata__via="openai",
+                request_fingerprint=fingerprint,
+                created_at__gte=since,
+            )
+            .order_by("-created_at")
+            .first()
+        )
+    else:
+        return None
+    return _replay(earlier, fingerprint, ask.model) if earlier is not None else None
+
+
+def expire_tool_waits(*, owner_id: int) -> int:
+    """Cancel the runs of ``owner_id`` whose wait for the caller's tool results has
+    lasted ``GOAAI_CLIENT_TOOL_WAIT_SECONDS`` (as OpenAI's requires_action expires),
+    so that a client that dropped the calls leaves no run waiting for ever; the
+    caller's next request does it. Returns how many."""
+    cutoff = timezone.now() - dt.timedelta(seconds=settings.GOAAI_CLIENT_TOOL_WAIT_SECONDS)
+    stale = Run.objects.filter(
+        session__owner_id=owner_id,
+        status=RunStatus.AWAITING_INPUT,
+        awaiting__kind=AwaitingKind.CLIENT_TOOL,
+        awaiting_since__lt=cutoff,
+    ).values_list("pk", flat=True)
+    expired = list(stale)
+    for run_id in expired:
+        _cancel_quietly(run_id, TOOL_WAIT_EXPIRED)
+    return len(expired)
+
+
+def _cancel_quietly(run_id: UUID, reason: str) -> None:
+    # It may have moved on meanwhile: then nothing waits any more.
+    with contextlib.suppress(IllegalTransition, NotFound):
+        rt.cancel_run(run_id, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -230,14 +295,17 @@ def readable_run(user: Any, raw: str, *, param: str | None = None) -> Run:
 
 def _check_throttles(user: Any, token: Any) -> None:
     """The REST API's limits on starting runs, counted in the same counters."""
-    request = SimpleNamespace(user=user, auth=token)
-    throttles = [RunCreateUserThrottle(), RunCreateTokenThrottle()]
     try:
-        waits = [t.wait() for t in throttles if not t.allow_request(request, None)]  # type: ignore[arg-type]
-        if not waits:
-            for throttle in throttles:
-                throttle.record()
-    except (RedisError, OSError) as exc:
+        run_start_throttle(user=user, token=token)
+    except RunStartThrottled as refused:
+        raise OpenAIError(
+            429,
+            "Too many runs started: retry after the Retry-After seconds.",
+            code="rate_limit_exceeded",
+            type="rate_limit_error",
+            retry_after=max(1, math.ceil(refused.wait or 1.0)),
+        ) from None
+    except APIException as exc:
         raise OpenAIError(
             503,
             "Runs cannot be started for a moment (the rate limit counters are unavailable).",
@@ -245,26 +313,26 @@ def _check_throttles(user: Any, token: Any) -> None:
             type="server_error",
             retry_after=5,
         ) from exc
-    if waits:
-        wait = max((w for w in waits if w is not None), default=1.0)
-        raise OpenAIError(
-            429,
-            "Too many runs started: retry after the Retry-After seconds.",
-            code="rate_limit_exceeded",
-            type="rate_limit_error",
-            retry_after=max(1, math.ceil(wait)),
-        )
 
 
-def _start(
-    user: Any, agent: str, ask: Ask, target: _Target, key: str | None, fingerprint: str
-) -> Started:
+def _start(user: Any, agent: str, ask: Ask, target: _Target, fingerprint: str) -> Started:
     said = list(ask.said)
+    key = ask.idempotency_key
     instructions = "\n\n".join(
         part for part in (ask.instructions, conversation.transcript(target.prelude)) if part
     )
     try:
         with transaction.atomic():
+            if key is not None:
+                # Keys are the caller's: two first attempts at once, each about to
+                # open a session of its own, take turns here (the database
+                # enforces keys per session only).
+                get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+                earlier = _run_for_key(user, key)
+                if earlier is not None:
+                    return _replay(earlier, fingerprint, ask.model)
+            if target.session is not None:
+                _drop_tool_wait(target.session.pk)
             session_id = (
                 target.session.pk
                 if target.session is not None
@@ -310,6 +378,20 @@ def _start(
     )
 
 
+def _drop_tool_wait(session_id: UUID) -> None:
+    """A new message to a session whose run waits for the caller's tool results
+    means the client dropped those calls: that run is canceled, and the message
+    starts the next one (a run waiting for a person keeps the session busy)."""
+    waiting = Run.objects.filter(
+        session_id=session_id,
+        parent_run__isnull=True,
+        status=RunStatus.AWAITING_INPUT,
+        awaiting__kind=AwaitingKind.CLIENT_TOOL,
+    ).values_list("pk", flat=True)
+    for run_id in list(waiting):
+        _cancel_quietly(run_id, TOOL_WAIT_DROPPED)
+
+
 def _seq_before(run_id: UUID, event_type: str) -> int:
     """The sequence number just before the run's latest event of ``event_type``."""
     seq = (
@@ -321,16 +403,12 @@ def _seq_before(run_id: UUID, event_type: str) -> int:
     return (seq or 1) - 1
 
 
-def _fingerprint(body: dict[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def _run_for_key(user: Any, key: str) -> Run | None:
     # Per caller, not per session: the retry of a request that started a new
-    # session would otherwise start another.
+    # session would otherwise start another. Whichever way the run was started: a
+    # key a REST or MCP run used is reused if sent here with another request.
     return (
-        Run.objects.filter(session__owner_id=user.pk, idempotency_key=key, metadata__via="openai")
+        Run.objects.filter(session__owner_id=user.pk, idempotency_key=key)
         .order_by("-created_at")
         .first()
     )
@@ -380,10 +458,7 @@ def _answer_tools(user: Any, agent: str, ask: Ask) -> Started:
         raise invalid(f"That run is the {run.agent!r} agent's, not {agent!r}.", param="model")
     awaiting = run.awaiting or {}
     if run.status != RunStatus.AWAITING_INPUT or awaiting.get("kind") != AwaitingKind.CLIENT_TOOL:
-        raise conflict(
-            f"Run {run.pk} does not wait for tool results (it is {run.status}).",
-            code="not_awaiting_tool_results",
-        )
+        return _answered_before(run, ids, ask)
     waited = [UUID(str(c)) for c in awaiting.get("tool_calls") or [awaiting["tool_call"]]]
     missing = [call_id(c) for c in waited if c not in ids]
     if missing:
@@ -408,6 +483,34 @@ def _answer_tools(user: Any, agent: str, ask: Ask) -> Started:
         model=ask.model,
         after_seq=after,
         first_turn=first_turn,
+    )
+
+
+def _answered_before(run: Run, ids: dict[UUID, str], ask: Ask) -> Started:
+    """The exchange these results continued, when they are the ones the run
+    already has (a retry of the request that brought them); otherwise a 409."""
+    if run.status == RunStatus.CANCELED and run.cancel_reason == TOOL_WAIT_EXPIRED:
+        raise conflict(
+            f"Run {run.pk} waited for these results longer than "
+            f"{settings.GOAAI_CLIENT_TOOL_WAIT_SECONDS} s and was canceled; send the "
+            "conversation again to start a new run.",
+            code="tool_wait_expired",
+        )
+    calls = list(ToolCall.objects.filter(run=run, pk__in=list(ids)).select_related("turn"))
+    same = len(calls) == len(ids) and all(
+        call.result == _result(ask.tool_outputs[ids[call.pk]]) for call in calls
+    )
+    if not same:
+        raise conflict(
+            f"Run {run.pk} does not wait for tool results (it is {run.status}).",
+            code="not_awaiting_tool_results",
+        )
+    return Started(
+        run_id=run.pk,
+        session_id=run.session_id,
+        model=ask.model,
+        after_seq=_seq_before(run.pk, EventType.RUN_AWAITING_INPUT) + 1,
+        first_turn=max(call.turn.index for call in calls) + 1,
     )
 
 

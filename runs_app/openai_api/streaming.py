@@ -6,34 +6,53 @@ run's events after where the exchange began from the database, then takes live
 events and the model's text as it is written (deltas). So it works whichever
 process executes the run (a server thread or a Celery worker). Text whose deltas
 did not reach the stream arrives with the turn's ``message.completed`` event. The
-exchange is over when the run ends or waits for the caller's tools; its last
-frames (tool calls, usage, the final object) are read from the run's records.
+exchange is over when the run ends or waits (for the caller's tools, or for a
+person); its last frames (tool calls, usage, the final object) are read from the
+run's records. Like goaai's own streams, it ends once the token it was opened with
+is revoked or stops giving access to the session (see
+:class:`sessions_app.streams.Watcher`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
+from goaai.api.sse import KEEPALIVE, KEEPALIVE_SECONDS, frame
 from goaai.runtime import rt
-from goaai.runtime.vocabulary import RUN_END_EVENT_TYPES, AwaitingKind, EventType
+from goaai.runtime.vocabulary import RUN_END_EVENT_TYPES, EventType
 from runs_app.openai_api import builders
 from runs_app.openai_api.builders import State
+from runs_app.openai_api.db import database_sync_to_async
+from runs_app.openai_api.errors import OpenAIError
 from runs_app.openai_api.exchange import Started
+from sessions_app.api.sse import access_lost
 from sessions_app.publisher import session_group
-from sessions_app.streams import Sequencer, stored_after, subscribe
+from sessions_app.streams import Sequencer, Watcher, stored_after, subscribe
 
-# How often a quiet stream sends a comment (proxies close idle connections) and
-# looks in the database for events the channel layer may have dropped.
-KEEPALIVE_SECONDS = 15.0
-KEEPALIVE = ": keep-alive\n\n"
+# What a stream ends with once its credentials stop giving access.
+_LOST = {
+    "token_revoked": "The API key this stream was opened with was revoked.",
+    "signed_out": "The credentials this stream was opened with signed out.",
+    "session_deleted": "The session was deleted.",
+    "access_revoked": "The API key no longer gives access to this session.",
+}
+
+
+class AccessLost(Exception):
+    """The stream's credentials, or its session, are gone: ``code`` says which."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(_LOST.get(code, code))
+        self.code = code
+
+    def frame(self) -> str:
+        return frame(OpenAIError(401, str(self), code=self.code).body())
 
 
 @dataclass
@@ -65,12 +84,8 @@ class _Text:
 
 
 def _ends(event: dict[str, Any]) -> bool:
-    if event["type"] in RUN_END_EVENT_TYPES:
-        return True
-    data = event.get("data") or {}
-    return event["type"] == EventType.RUN_AWAITING_INPUT and (
-        data.get("kind") == AwaitingKind.CLIENT_TOOL
-    )
+    # A run that waits, for the caller's tools or for a person, ends the exchange.
+    return event["type"] in RUN_END_EVENT_TYPES or event["type"] == EventType.RUN_AWAITING_INPUT
 
 
 class _Follower:
@@ -125,18 +140,20 @@ async def _receive(layer: Any, channel: str, seconds: float) -> dict[str, Any] |
     return message
 
 
-async def follow(started: Started) -> AsyncIterator[str | None]:
+async def follow(started: Started, watcher: Watcher) -> AsyncIterator[str | None]:
     """The exchange's text, piece by piece, as it is written; ``None`` while it is
     quiet (for a keep-alive). Returns when the exchange is over (or the wait for
-    it, ``GOAAI_RUN_WAIT_SECONDS``, is spent)."""
+    it, ``GOAAI_RUN_WAIT_SECONDS``, is spent); :class:`AccessLost` once
+    ``watcher``'s credentials stop giving access."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    group = session_group(started.session_id)
+    groups = (session_group(started.session_id), *watcher.groups())
     follower = _Follower(started)
     deadline = time.monotonic() + rt.config.run_wait_seconds
     try:
         # Joined before the backlog is read: nothing committed after it is missed.
-        await subscribe(layer, group, channel)
+        for group in groups:
+            await subscribe(layer, group, channel)
         for stored in await follower.stored():
             yield stored
         while not follower.over and time.monotonic() < deadline:
@@ -146,31 +163,29 @@ async def follow(started: Started) -> AsyncIterator[str | None]:
             if message is None:
                 # Quiet for a while: look for events the layer may have dropped.
                 pieces += [*await follower.stored(), None]
+            elif (lost := await access_lost(message, watcher, started.session_id)) is not None:
+                raise AccessLost(lost)
             else:
                 pieces += await follower.live(message)
             for piece in pieces:
                 yield piece
     finally:
-        await layer.group_discard(group, channel)
+        for group in groups:
+            await layer.group_discard(group, channel)
 
 
-def frame(data: dict[str, Any], event: str | None = None) -> str:
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
-
-_state = sync_to_async(builders.state, thread_sensitive=False)
+_state: Callable[..., Awaitable[State]] = database_sync_to_async(builders.state)
 
 
 async def _final(started: Started) -> State:
     return await _state(started.run_id, started.first_turn)
 
 
-async def _pieces(started: Started) -> AsyncIterator[str | None]:
+async def _pieces(started: Started, watcher: Watcher) -> AsyncIterator[str | None]:
     """The exchange's text, then, once it is over, what the record adds to what
     was streamed (``None``: keep-alive)."""
     streamed = ""
-    async for piece in follow(started):
+    async for piece in follow(started, watcher):
         if piece is not None:
             streamed += piece
         yield piece
@@ -182,7 +197,9 @@ async def _pieces(started: Started) -> AsyncIterator[str | None]:
 # Chat completions
 
 
-async def chat_stream(started: Started, include_usage: bool) -> AsyncIterator[str]:
+async def chat_stream(
+    started: Started, watcher: Watcher, include_usage: bool
+) -> AsyncIterator[str]:
     run = (await _final(started)).run
     model = started.model
 
@@ -193,8 +210,12 @@ async def chat_stream(started: Started, include_usage: bool) -> AsyncIterator[st
         return frame(data)
 
     yield chunk({"role": "assistant", "content": ""})
-    async for piece in _pieces(started):
-        yield KEEPALIVE if piece is None else chunk({"content": piece})
+    try:
+        async for piece in _pieces(started, watcher):
+            yield KEEPALIVE if piece is None else chunk({"content": piece})
+    except AccessLost as lost:
+        yield lost.frame()
+        return
     current = await _final(started)
     failure = builders.refusal(current)
     if failure is not None:
@@ -223,10 +244,10 @@ class _Sequenced:
     def __call__(self, type: str, **fields: Any) -> str:
         data = {"type": type, "sequence_number": self.number, **fields}
         self.number += 1
-        return frame(data, type)
+        return frame(data, event=type)
 
 
-async def responses_stream(started: Started) -> AsyncIterator[str]:
+async def responses_stream(started: Started, watcher: Watcher) -> AsyncIterator[str]:
     event = _Sequenced()
     current = await _final(started)
     model = started.model
@@ -236,7 +257,15 @@ async def responses_stream(started: Started) -> AsyncIterator[str]:
     item_id = current.message_id
     opened = False
     text = ""
-    async for piece in _pieces(started):
+    pieces = _pieces(started, watcher)
+    while True:
+        try:
+            piece = await anext(pieces)
+        except StopAsyncIteration:
+            break
+        except AccessLost as lost:
+            yield event("error", code=lost.code, message=str(lost), param=None)
+            return
         if piece is None:
             yield KEEPALIVE
             continue
@@ -313,6 +342,7 @@ async def responses_stream(started: Started) -> AsyncIterator[str]:
         "completed": "response.completed",
         "failed": "response.failed",
         "in_progress": "response.incomplete",
+        "incomplete": "response.incomplete",
     }.get(final["status"], "response.completed")
     if ending == "response.incomplete":
         final["status"] = "incomplete"

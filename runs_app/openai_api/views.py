@@ -8,17 +8,19 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from goaai.api.credentials import bearer_token
+from goaai.api.sse import event_stream
 from goaai.runtime import rt
 from runs_app.openai_api import builders
 from runs_app.openai_api.conversation import Said, said
+from runs_app.openai_api.db import database_sync_to_async
 from runs_app.openai_api.errors import OpenAIError, invalid, not_found
 from runs_app.openai_api.exchange import Ask, Started, agent_id, begin, idempotency_key
 from runs_app.openai_api.exchange import readable_run as _readable_run
@@ -32,23 +34,25 @@ from runs_app.openai_api.requests import (
 )
 from runs_app.openai_api.streaming import chat_stream, responses_stream
 from sessions_app.api.authentication import token_user
+from sessions_app.streams import Watcher
 
 logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Goaai-Session"
+# The attempt OpenAI's SDKs are at (0 first), sent with every request.
+RETRY_COUNT_HEADER = "X-Stainless-Retry-Count"
 View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
 
 
 def _authenticated(request: HttpRequest) -> tuple[Any, Any]:
-    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
+    raw = bearer_token(request.headers.get("Authorization"))
+    if not raw:
         raise OpenAIError(
             401,
             "Send a goaai API token as the Bearer key (Authorization: Bearer <token>).",
             code="invalid_api_key",
         )
-    raw = credentials.strip()
-    found = token_user(raw) if raw.isascii() else None
+    found = token_user(raw)
     if found is None:
         raise OpenAIError(
             401, "The API key is unknown, revoked or expired.", code="invalid_api_key"
@@ -74,7 +78,7 @@ def endpoint(*methods: str) -> Callable[[View], View]:
                         f"{request.method} is not allowed here; use {', '.join(methods)}.",
                         code="method_not_allowed",
                     )
-                user, token = await sync_to_async(_authenticated)(request)
+                user, token = await database_sync_to_async(_authenticated)(request)
                 request.user, request.auth = user, token  # type: ignore[attr-defined]
                 return await view(request, *args, **kwargs)
             except OpenAIError as refused:
@@ -91,15 +95,23 @@ def endpoint(*methods: str) -> Callable[[View], View]:
     return decorate
 
 
-def _sse(frames: Any) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(frames, content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
-    return response
+# Each in a thread of the request's own that closes its database connection
+# like any request's: not the loop's shared pool, which many waiting requests
+# would use up for everyone.
+_begin: Callable[..., Awaitable[Started]] = database_sync_to_async(begin)
+_state: Callable[..., Awaitable[builders.State]] = database_sync_to_async(builders.state)
 
 
-_begin = sync_to_async(begin)
-_state = sync_to_async(builders.state, thread_sensitive=False)
+def _watcher(request: HttpRequest) -> Watcher:
+    """What a stream listens to for the end of its credentials."""
+    caller: Any = request
+    return Watcher(user_id=caller.user.pk, token_id=caller.auth.pk)
+
+
+def _retry(request: HttpRequest) -> bool:
+    """Whether the client says this is its retry of a request that failed."""
+    count = request.headers.get(RETRY_COUNT_HEADER, "").strip()
+    return count.isdigit() and int(count) > 0
 
 
 async def _settled(started: Started) -> builders.State:
@@ -123,14 +135,14 @@ def _model(agent: Any) -> dict[str, Any]:
 
 @endpoint("GET")
 async def models(request: HttpRequest) -> HttpResponseBase:
-    agents = await sync_to_async(rt.agents.all)()
+    agents = await database_sync_to_async(rt.agents.all)()
     return JsonResponse({"object": "list", "data": [_model(agent) for agent in agents]})
 
 
 @endpoint("GET")
 async def model_detail(request: HttpRequest, model: str) -> HttpResponseBase:
-    name = await sync_to_async(agent_id)(model)
-    return JsonResponse(_model(await sync_to_async(rt.agents.get)(name)))
+    name = await database_sync_to_async(agent_id)(model)
+    return JsonResponse(_model(await database_sync_to_async(rt.agents.get)(name)))
 
 
 # Chat completions
@@ -177,6 +189,7 @@ def _chat_ask(request: HttpRequest, body: dict[str, Any]) -> tuple[Ask, ChatComp
         session=request.headers.get(SESSION_HEADER) or chat.session,
         body=body,
         idempotency_key=idempotency_key(request.headers.get("Idempotency-Key")),
+        retry=_retry(request),
     )
     return ask, chat
 
@@ -188,7 +201,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     started = await _begin(request.user, request.auth, ask)  # type: ignore[attr-defined]
     if chat.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-        return _sse(chat_stream(started, include_usage))
+        return event_stream(chat_stream(started, _watcher(request), include_usage))
     current = await _settled(started)
     failure = builders.refusal(current)
     if failure is not None:
@@ -208,6 +221,10 @@ def _input_items(
     outputs: dict[str, Any] = {}
     for index, item in enumerate(items):
         where = f"input[{index}]"
+        if item.role is not None:
+            # Results count only after the last message: earlier ones answered
+            # earlier requests (a client that resends the whole input sends them).
+            outputs = {}
         if item.type == "function_call_output":
             if not item.call_id:
                 raise invalid("A function_call_output needs its call_id.", param=where)
@@ -260,6 +277,7 @@ def _responses_ask(request: HttpRequest, body: dict[str, Any]) -> tuple[Ask, Res
         previous_response=asked.previous_response_id,
         body=body,
         idempotency_key=idempotency_key(request.headers.get("Idempotency-Key")),
+        retry=_retry(request),
     )
     return ask, asked
 
@@ -270,7 +288,7 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
     ask, asked = _responses_ask(request, body)
     started = await _begin(request.user, request.auth, ask)  # type: ignore[attr-defined]
     if asked.stream:
-        return _sse(responses_stream(started))
+        return event_stream(responses_stream(started, _watcher(request)))
     current = await _settled(started)
     return JsonResponse(builders.response_object(current, started.model))
 
@@ -282,7 +300,7 @@ def _whole_run(user: Any, response_id: str) -> builders.State:
 
 @endpoint("GET")
 async def response_detail(request: HttpRequest, response_id: str) -> HttpResponseBase:
-    current = await sync_to_async(_whole_run)(request.user, response_id)
+    current = await database_sync_to_async(_whole_run)(request.user, response_id)
     return JsonResponse(builders.response_object(current, current.run.agent))
 
 

@@ -18,6 +18,7 @@ from rest_framework.authentication import (
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.request import Request
 
+from goaai.api.credentials import bearer_token
 from goaai.security import LOCKED_OUT, cool_off_seconds, lockout_message
 from sessions_app.models import ApiToken
 from sessions_app.selectors import api_token_active
@@ -45,15 +46,13 @@ class BearerTokenAuthentication(BaseAuthentication):
     keyword = "bearer"
 
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword.encode():
+        raw = bearer_token(get_authorization_header(request))
+        if raw is None:
             return None
-        if len(parts) != 2:
-            raise AuthenticationFailed("The Authorization header must be 'Bearer <token>'.")
-        try:
-            raw = parts[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise AuthenticationFailed("A token contains only ASCII characters.") from None
+        if not raw:
+            raise AuthenticationFailed(
+                "The Authorization header must be 'Bearer <token>' (one ASCII word)."
+            )
         found = token_user(raw)
         if found is None:
             raise AuthenticationFailed("The token is unknown, revoked or expired.")
@@ -138,10 +137,8 @@ class WebSocketTokenMiddleware:
 def _websocket_token(scope: dict[str, Any]) -> str | None:
     headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
     for name, value in headers:
-        if name == b"authorization":
-            scheme, _, credentials = value.decode("latin1").partition(" ")
-            if scheme.lower() == "bearer":
-                return credentials.strip()
+        if name == b"authorization" and (raw := bearer_token(value)) is not None:
+            return raw
     query = parse_qs(scope.get("query_string", b"").decode("latin1"))
     tokens: list[str] = query.get("token", [])
     return tokens[0] if tokens else None

@@ -13,16 +13,17 @@ is deleted (see :class:`sessions_app.streams.Watcher`).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 
+from goaai.api.credentials import bearer_token
+from goaai.api.sse import KEEPALIVE, KEEPALIVE_SECONDS, event_stream, frame
 from sessions_app.api.authentication import token_user
 from sessions_app.publisher import session_group, user_group
 from sessions_app.streams import (
@@ -37,9 +38,6 @@ from sessions_app.streams import (
     subscribe,
 )
 
-# A comment line this often keeps proxies from closing an idle stream.
-KEEPALIVE_SECONDS = 15.0
-
 
 def _error(status: int, kind: str, code: str, detail: str, attr: str | None = None) -> JsonResponse:
     response = JsonResponse(
@@ -53,9 +51,9 @@ def _error(status: int, kind: str, code: str, detail: str, attr: str | None = No
 async def _caller(request: HttpRequest) -> tuple[Any, Watcher | None]:
     """The authenticated user and the credentials they came with (``None`` if
     none), from a Bearer token or the browser session."""
-    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        found = await sync_to_async(token_user)(credentials.strip())
+    raw = bearer_token(request.headers.get("Authorization"))
+    if raw is not None:
+        found = await sync_to_async(token_user)(raw)
         if not found:
             return None, None
         return found[0], Watcher(user_id=found[0].pk, token_id=found[1].pk)
@@ -66,15 +64,7 @@ async def _caller(request: HttpRequest) -> tuple[Any, Watcher | None]:
 
 
 def _frame(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def _stream(frames: AsyncIterator[str]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(frames, content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
-    return response
+    return frame(data, event=event, event_id=event_id)
 
 
 async def _messages(channel: str) -> AsyncIterator[dict[str, Any] | None]:
@@ -88,7 +78,6 @@ async def _messages(channel: str) -> AsyncIterator[dict[str, Any] | None]:
 
 
 _RETRY = "retry: 2000\n\n"
-_KEEPALIVE = ": keep-alive\n\n"
 _TOKEN_REVOKED = _frame("error", {"code": "token_revoked", "detail": "Token revoked."})
 _SIGNED_OUT = _frame("error", {"code": "signed_out", "detail": "The browser session signed out."})
 _ACCESS_REVOKED = _frame(
@@ -126,21 +115,43 @@ async def _leave(layer: Any, channel: str, groups: tuple[str, ...]) -> None:
         await layer.group_discard(group, channel)
 
 
+# Why a stream's credentials or session stopped giving access, by the message
+# that says so.
+_LOST = {
+    "token.revoked": "token_revoked",
+    "access.signed_out": "signed_out",
+    "session.deleted": "session_deleted",
+}
+_ENDINGS = {
+    "token_revoked": _TOKEN_REVOKED,
+    "signed_out": _SIGNED_OUT,
+    "session_deleted": _SESSION_DELETED,
+    "access_revoked": _ACCESS_REVOKED,
+}
+
+
+async def access_lost(
+    message: dict[str, Any], watcher: Watcher, session_id: UUID | None = None
+) -> str | None:
+    """Why a stream ends, if ``message`` (of the groups of ``watcher``'s credentials
+    or of the session's) says its credentials or its session are gone:
+    ``token_revoked``, ``signed_out``, ``session_deleted`` or ``access_revoked``;
+    ``None`` for any other message, or while access holds."""
+    kind = message["type"]
+    if kind in _LOST:
+        return _LOST[kind]
+    if kind == "access.changed" and await still_allowed(watcher, session_id) is None:
+        return "access_revoked"
+    return None
+
+
 async def _access_reply(
     message: dict[str, Any], watcher: Watcher, session_id: UUID | None = None
 ) -> str | None:
     """The frame that ends the stream, if ``message`` says its credentials or its
     session are gone; ``None`` for any other message, or while access holds."""
-    kind = message["type"]
-    if kind == "token.revoked":
-        return _TOKEN_REVOKED
-    if kind == "access.signed_out":
-        return _SIGNED_OUT
-    if kind == "session.deleted":
-        return _SESSION_DELETED
-    if kind == "access.changed" and await still_allowed(watcher, session_id) is None:
-        return _ACCESS_REVOKED
-    return None
+    lost = await access_lost(message, watcher, session_id)
+    return _ENDINGS[lost] if lost is not None else None
 
 
 def _event_frame(event: dict[str, Any]) -> str:
@@ -205,7 +216,7 @@ async def _session_frames(
                 # dropped at the end of a run (no later event shows that gap).
                 async for frame in _stored_frames(sequencer):
                     yield frame
-                yield _KEEPALIVE
+                yield KEEPALIVE
                 continue
             frames, ended = await _session_reply(sequencer, watcher, message)
             for frame in frames:
@@ -229,7 +240,7 @@ async def session_event_stream(request: HttpRequest, session_id: UUID) -> HttpRe
     layer = get_channel_layer()
     channel = await layer.new_channel()
     sequencer = Sequencer(session_id=session_id, last=after)
-    return _stream(_session_frames(layer, channel, watcher, sequencer))
+    return event_stream(_session_frames(layer, channel, watcher, sequencer))
 
 
 async def _session_list_frames(layer: Any, channel: str, watcher: Watcher) -> AsyncIterator[str]:
@@ -243,7 +254,7 @@ async def _session_list_frames(layer: Any, channel: str, watcher: Watcher) -> As
         yield _frame("ready", {})
         async for message in _messages(channel):
             if message is None:
-                yield _KEEPALIVE
+                yield KEEPALIVE
             elif (last := await _access_reply(message, watcher)) is not None:
                 yield last
                 return
@@ -260,4 +271,4 @@ async def session_list_stream(request: HttpRequest) -> HttpResponseBase:
     _, watcher = caller
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    return _stream(_session_list_frames(layer, channel, watcher))
+    return event_stream(_session_list_frames(layer, channel, watcher))

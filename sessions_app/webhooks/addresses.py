@@ -4,8 +4,10 @@ A URL is checked when it is subscribed (a clear 400) and again before every atte
 (a name's addresses change). The check resolves the host and refuses it if *any* of
 its addresses is private, loopback, link-local, multicast, reserved or unspecified,
 unless that address is within ``GOAAI_WEBHOOK_ALLOWED_NETWORKS`` or the host itself
-is named there. The attempt then connects to the address that was checked, not to
-whatever the name resolves to a moment later (DNS rebinding).
+is named there. An IPv6 address that leads to an IPv4 one (IPv4-mapped, NAT64's
+64:ff9b::/96, 6to4, Teredo, IPv4-compatible) is judged by that IPv4 address. The
+attempt then connects to the address that was checked, not to whatever the name
+resolves to a moment later (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -107,10 +109,43 @@ def resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64's
+# well-known prefix (a translator on the path delivers 64:ff9b::7f00:1 to
+# 127.0.0.1) and IPv4-compatible addresses (::a.b.c.d).
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# NAT64 prefixes for one operator's network (RFC 8215): where they lead is local.
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _embedded(address: IPAddress) -> tuple[IPAddress, ...]:
+    """The IPv4 addresses an IPv6 address leads to (mapped, NAT64, 6to4, Teredo,
+    IPv4-compatible), or the address itself when it carries none."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return (address,)
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if address.teredo is not None:
+        return address.teredo
+    if address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address in NAT64 or address in IPV4_COMPATIBLE:
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    return (address,)
+
+
 def _public(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+    if address in LOCAL_NAT64:
+        return False
+    return all(inner.is_global and not inner.is_multicast for inner in _embedded(address))
+
+
+def _allowed(address: IPAddress, allow: AllowList) -> bool:
+    """Public, or in the allow-list itself or by the IPv4 address it leads to."""
+    if _public(address) or allow.permits(address):
+        return True
+    embedded = _embedded(address)
+    return embedded != (address,) and all(allow.permits(inner) for inner in embedded)
 
 
 def check_url(url: str, allow: AllowList) -> Target:
@@ -127,7 +162,7 @@ def check_url(url: str, allow: AllowList) -> Target:
     if host.lower() not in allow.hosts:
         for raw in addresses:
             address = ipaddress.ip_address(raw.split("%", 1)[0])
-            if not _public(address) and not allow.permits(address):
+            if not _allowed(address, allow):
                 raise RefusedUrl(
                     f"The webhook host {host!r} resolves to {address}, which is not a "
                     "public address; an operator may allow it with "

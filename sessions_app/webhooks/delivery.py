@@ -11,13 +11,24 @@ Every server and worker may look for due deliveries at once. A delivery is
 on the value it was found with; on PostgreSQL the rows are also locked with SKIP
 LOCKED, so concurrent claimers pass over each other's instead of queueing), so two
 processes never send the same attempt. A sender that dies mid-attempt leaves the
-claim to expire: the attempt is made again then (at least once, never lost).
+claim to expire: the attempt is made again then (at least once, never lost). The
+claim's value is its token: an attempt is recorded only while the delivery still
+holds it, so a sender that comes back after another took over records nothing.
+An attempt ends within ``GOAAI_WEBHOOK_TIMEOUT_SECONDS`` (see ``sending``), well
+before its claim expires.
+
+A claim may also give each endpoint at most ``per_endpoint`` of a process's
+senders (counting those already ``busy`` with it): one slow receiver cannot tie
+them all up and hold back everyone else's deliveries.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from uuid import UUID
 
 from django.conf import settings
@@ -44,36 +55,92 @@ def allow_list() -> AllowList:
     return AllowList.parse(settings.GOAAI_WEBHOOK_ALLOWED_NETWORKS)
 
 
-def claim_due(*, now: dt.datetime, limit: int) -> list[UUID]:
-    """Claim up to ``limit`` due deliveries for this sender; their ids."""
+@dataclass(frozen=True)
+class Claim:
+    """A delivery claimed for one attempt, held until ``held_until``."""
+
+    delivery_id: UUID
+    endpoint_id: UUID
+    held_until: dt.datetime
+
+
+class _Share:
+    """Picks candidates, giving no endpoint more than ``per_endpoint`` senders."""
+
+    def __init__(self, per_endpoint: int | None, busy: Mapping[UUID, int]) -> None:
+        self.per_endpoint = per_endpoint
+        self.taken: Counter[UUID] = Counter(busy)
+
+    def full(self) -> list[UUID]:
+        if self.per_endpoint is None:
+            return []
+        return [endpoint for endpoint, n in self.taken.items() if n >= self.per_endpoint]
+
+    def take(self, endpoint_id: UUID) -> bool:
+        if self.per_endpoint is not None and self.taken[endpoint_id] >= self.per_endpoint:
+            return False
+        self.taken[endpoint_id] += 1
+        return True
+
+
+def claim_due(
+    *,
+    now: dt.datetime,
+    limit: int,
+    per_endpoint: int | None = None,
+    busy: Mapping[UUID, int] | None = None,
+) -> list[Claim]:
+    """Claim up to ``limit`` due deliveries for this sender, oldest first; with
+    ``per_endpoint``, at most that many per endpoint, counting the attempts this
+    process has under way (``busy``: endpoint id to how many)."""
     held_until = now + dt.timedelta(
         seconds=settings.GOAAI_WEBHOOK_TIMEOUT_SECONDS + CLAIM_GRACE_SECONDS
     )
-    due = WebhookDelivery.objects.filter(
-        status__in=WEBHOOK_DUE_STATUSES, next_attempt_at__lte=now
-    ).order_by("next_attempt_at")
+    share = _Share(per_endpoint, busy or {})
+    due = (
+        WebhookDelivery.objects.filter(status__in=WEBHOOK_DUE_STATUSES, next_attempt_at__lte=now)
+        .exclude(endpoint_id__in=share.full())
+        .order_by("next_attempt_at")
+    )
+    # More candidates than places: some may be passed over for their endpoint.
+    scan = limit if per_endpoint is None else limit * 4
     if connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():
-            ids = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
-            WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=held_until)
-        return ids
-    claimed: list[UUID] = []
-    for pk, seen in due.values_list("pk", "next_attempt_at")[: limit * 2]:
+            found = due.select_for_update(skip_locked=True).values_list("pk", "endpoint_id")
+            chosen = [
+                Claim(pk, endpoint_id, held_until)
+                for pk, endpoint_id in found[:scan]
+                if share.take(endpoint_id)
+            ][:limit]
+            WebhookDelivery.objects.filter(pk__in=[c.delivery_id for c in chosen]).update(
+                next_attempt_at=held_until
+            )
+        return chosen
+    claimed: list[Claim] = []
+    for pk, endpoint_id, seen in due.values_list("pk", "endpoint_id", "next_attempt_at")[
+        : scan * 2
+    ]:
         if len(claimed) >= limit:
             break
+        if not share.take(endpoint_id):
+            continue
         taken = WebhookDelivery.objects.filter(
             pk=pk, next_attempt_at=seen, status__in=WEBHOOK_DUE_STATUSES
         ).update(next_attempt_at=held_until)
         if taken:
-            claimed.append(pk)
+            claimed.append(Claim(pk, endpoint_id, held_until))
+        else:
+            share.taken[endpoint_id] -= 1
     return claimed
 
 
-def attempt(*, delivery_id: UUID, now: dt.datetime | None = None) -> WebhookAttempt | None:
+def attempt(*, claim: Claim, now: dt.datetime | None = None) -> WebhookAttempt | None:
     """Make one attempt at a claimed delivery and record it; ``None`` if the
-    delivery is gone (its endpoint was deleted meanwhile)."""
+    delivery is gone (its endpoint was deleted meanwhile) or the claim was lost
+    (it expired and another sender took the delivery over)."""
+    delivery_id = claim.delivery_id
     delivery = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
-    if delivery is None:
+    if delivery is None or delivery.next_attempt_at != claim.held_until:
         return None
     endpoint = delivery.endpoint
     started = timezone.now()
@@ -94,6 +161,7 @@ def attempt(*, delivery_id: UUID, now: dt.datetime | None = None) -> WebhookAtte
         outcome=outcome,
         now=now or timezone.now(),
         give_up=not endpoint.active,
+        held_until=claim.held_until,
     )
 
 
@@ -104,18 +172,28 @@ def attempt_record(
     outcome: Outcome,
     now: dt.datetime,
     give_up: bool = False,
+    held_until: dt.datetime | None = None,
 ) -> WebhookAttempt | None:
     """Log an attempt and move the delivery on: succeeded, failed with the next
     attempt scheduled from ``now``, or given up (the schedule is spent, the endpoint
-    said 410 Gone and is turned off, or ``give_up``). Locks the delivery's row."""
+    said 410 Gone and is turned off, or ``give_up``). Locks the delivery's row.
+
+    With ``held_until`` (the attempt's claim), nothing is recorded, and ``None``
+    returned, unless the delivery still holds that claim: another sender owns it."""
     with transaction.atomic():
         row = (
             WebhookDelivery.objects.select_for_update()
             .filter(pk=delivery_id)
-            .values("attempts", "endpoint_id", "redelivery_requested")
+            .values("attempts", "endpoint_id", "redelivery_requested", "next_attempt_at")
             .first()
         )
         if row is None:
+            return None
+        if held_until is not None and row["next_attempt_at"] != held_until:
+            logger.warning(
+                "Webhook delivery %s: the attempt's claim was lost; another sender has it",
+                delivery_id,
+            )
             return None
         number = row["attempts"] + 1
         logged = WebhookAttempt.objects.create(
@@ -161,10 +239,10 @@ def deliver_due(*, now: dt.datetime | None = None, limit: int = 100) -> int:
     commands and tests.)"""
     at = now or timezone.now()
     claimed = claim_due(now=at, limit=limit)
-    for delivery_id in claimed:
+    for claim in claimed:
         try:
-            attempt(delivery_id=delivery_id, now=at)
+            attempt(claim=claim, now=at)
         except Exception:
             # The claim expires and the attempt is made again then.
-            logger.exception("Webhook delivery %s failed to be attempted", delivery_id)
+            logger.exception("Webhook delivery %s failed to be attempted", claim.delivery_id)
     return len(claimed)

@@ -6,12 +6,15 @@ It looks every ``GOAAI_WEBHOOK_POLL_SECONDS`` (retries fall due; deliveries made
 another process), and at once when a transaction of this process committed new
 deliveries (:func:`wake`). Claims are atomic (see ``delivery``), so any number of
 processes share the work. ``GOAAI_WEBHOOK_POLL_SECONDS=0`` starts no thread.
+No endpoint gets more than ``GOAAI_WEBHOOK_SENDERS_PER_ENDPOINT`` of the senders at
+once, so a slow receiver delays its own deliveries only.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from uuid import UUID
 
@@ -25,13 +28,16 @@ logger = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, *, interval: float, senders: int) -> None:
+    def __init__(self, *, interval: float, senders: int, per_endpoint: int) -> None:
         self.interval = interval
         self.senders = max(1, senders)
+        self.per_endpoint = max(1, min(per_endpoint, self.senders))
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._in_flight = 0
+        # Attempts under way, by endpoint.
+        self._busy: Counter[UUID] = Counter()
         self._pool = ThreadPoolExecutor(max_workers=self.senders, thread_name_prefix="goaai-hook")
         self._thread = threading.Thread(target=self._loop, name="goaai-webhooks", daemon=True)
 
@@ -60,24 +66,32 @@ class Dispatcher:
     def _claim(self) -> None:
         with self._lock:
             free = self.senders - self._in_flight
+            busy = +self._busy
         if free <= 0:
             return
-        for delivery_id in delivery.claim_due(now=timezone.now(), limit=free):
+        claims = delivery.claim_due(
+            now=timezone.now(), limit=free, per_endpoint=self.per_endpoint, busy=busy
+        )
+        for claim in claims:
             with self._lock:
                 self._in_flight += 1
-            self._pool.submit(self._send, delivery_id)
+                self._busy[claim.endpoint_id] += 1
+            self._pool.submit(self._send, claim)
 
-    def _send(self, delivery_id: UUID) -> None:
+    def _send(self, claim: delivery.Claim) -> None:
         close_old_connections()
         try:
-            delivery.attempt(delivery_id=delivery_id)
+            delivery.attempt(claim=claim)
         except Exception:
             # The claim expires and the attempt is made again then.
-            logger.exception("Webhook delivery %s failed to be attempted", delivery_id)
+            logger.exception("Webhook delivery %s failed to be attempted", claim.delivery_id)
         finally:
             close_old_connections()
             with self._lock:
                 self._in_flight -= 1
+                self._busy[claim.endpoint_id] -= 1
+                if self._busy[claim.endpoint_id] <= 0:
+                    del self._busy[claim.endpoint_id]
             # A sender is free again: more may be waiting.
             self._wake.set()
 
@@ -94,7 +108,11 @@ def start() -> None:
     with _started:
         if _dispatcher is not None or interval <= 0:
             return
-        _dispatcher = Dispatcher(interval=interval, senders=settings.GOAAI_WEBHOOK_SENDERS)
+        _dispatcher = Dispatcher(
+            interval=interval,
+            senders=settings.GOAAI_WEBHOOK_SENDERS,
+            per_endpoint=settings.GOAAI_WEBHOOK_SENDERS_PER_ENDPOINT,
+        )
     _dispatcher.start()
 
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from goaai.runtime import rt
 from goaai.runtime.tools.mcp import MCP_CLIENTS
-from runs_app.models import AgentDefinition
+from runs_app.models import AgentDefinition, AgentVersion
 from tests.factories import UserFactory
 from tests.goaai.runtime.tools.mcp_servers import TIME
 
@@ -76,3 +76,68 @@ def test_a_staff_member_who_is_not_superuser_cannot_declare_a_command(client):
     assert response.status_code == 200
     assert "only a superuser may declare an MCP server" in response.content.decode()
     assert not AgentDefinition.objects.exists()
+
+
+def test_a_command_in_the_mcp_servers_wrapper_is_refused_in_the_form(client):
+    editor = UserFactory(username="dana", is_staff=True)
+    editor.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["add_agentdefinition", "change_agentdefinition", "view_agentdefinition"]
+        )
+    )
+    client.force_login(editor)
+    wrapped = {"mcpServers": {"evil": {"command": "sh", "args": ["-c", "id"]}}}
+
+    response = client.post(
+        reverse("admin:runs_app_agentdefinition_add"), _form(wrapped, ["mcp:evil"])
+    )
+
+    assert response.status_code == 200
+    assert "only a superuser may declare an MCP server" in response.content.decode()
+    assert not AgentDefinition.objects.exists()
+
+
+SECRET_SERVERS = {
+    "own": {**TIME, "args": [*TIME["args"], "--api-key=arg-secret"], "env": {"K": "env-secret"}},
+    "web": {"url": "http://127.0.0.1:9/mcp?token=url-secret", "startup_seconds": 1},
+}
+
+
+def _viewer(*codenames: str):
+    viewer = UserFactory(username="vic", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return viewer
+
+
+def test_a_view_only_member_sees_no_secret_of_an_agent_or_its_versions(client, staff):
+    client.force_login(staff)
+    created = client.post(reverse("admin:runs_app_agentdefinition_add"), _form(SECRET_SERVERS, []))
+    assert created.status_code == 302, created.content
+    agent = AgentDefinition.objects.get(agent="clockwork")
+    version = AgentVersion.objects.get(agent="clockwork")
+    client.force_login(_viewer("view_agentdefinition", "view_agentversion"))
+
+    page = client.get(reverse("admin:runs_app_agentdefinition_change", args=[agent.pk]))
+    version_page = client.get(reverse("admin:runs_app_agentversion_change", args=[version.pk]))
+
+    for response in (page, version_page):
+        assert response.status_code == 200
+        text = response.content.decode()
+        assert "secret" not in text
+        assert "********" in text
+
+
+def test_an_editor_sees_the_servers_as_declared(client, staff):
+    client.force_login(staff)
+    client.post(reverse("admin:runs_app_agentdefinition_add"), _form(SECRET_SERVERS, []))
+    agent = AgentDefinition.objects.get(agent="clockwork")
+    version = AgentVersion.objects.get(agent="clockwork")
+    client.force_login(
+        _viewer("view_agentdefinition", "change_agentdefinition", "view_agentversion")
+    )
+
+    page = client.get(reverse("admin:runs_app_agentdefinition_change", args=[agent.pk]))
+    version_page = client.get(reverse("admin:runs_app_agentversion_change", args=[version.pk]))
+
+    assert "env-secret" in page.content.decode()
+    assert "url-secret" in version_page.content.decode()

@@ -4,7 +4,7 @@ Each HTTP request, once its whole body has arrived, is appended as one JSON line
 to the file named by ``GOAAI_ECHO_RECORD`` (method, path, body size, the proxy
 headers) and answered 200; under ``/slow/`` the answer waits a second, so that
 whatever nginx buffered for it is still there to be seen, and a path ending in
-``/stream/`` (and ``/mcp``, whose answers are event streams too) gets two events
+``/stream/`` (and ``/mcp`` and ``/v1/...``, whose answers are event streams too) gets two events
 1.5 seconds apart (after 8 MiB more with ``?large``).
 A WebSocket is accepted and each text message sent back.
 """
@@ -37,7 +37,8 @@ async def _http(scope: dict[str, Any], receive: Any, send: Any) -> None:
     _record({"method": scope["method"], "path": scope["path"], "bytes": size, **headers})
     if scope["path"].startswith("/slow/"):
         await asyncio.sleep(1)
-    if scope["path"].endswith("/stream/") or scope["path"] == "/mcp":
+    path = scope["path"]
+    if path.endswith("/stream/") or path == "/mcp" or path.startswith("/v1/"):
         await _stream(send, large=scope["query_string"] == b"large")
         return
     body = json.dumps({"bytes": size}).encode()

@@ -146,9 +146,30 @@ def test_the_limits_are_goaais_own_settings(tmp_path: Path) -> None:
     ]
 
 
+def test_v1_requests_wait_longer_than_goaai_waits_for_a_run(tmp_path: Path) -> None:
+    # An nginx 504 before goaai's answer would make OpenAI's SDKs send it again.
+    env = {**os.environ, "GOAAI_RUN_WAIT_SECONDS": "420"}
+    rendered = subprocess.run(  # noqa: S603
+        [sys.executable, str(ROOT / "deploy" / "nginx.py")],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    block = rendered.split("location /v1/ {")[1].split("}")[0]
+    assert "proxy_read_timeout 480s;" in block
+    assert "proxy_buffering off;" in block
+    assert "client_max_body_size 262144;" in block
+
+
 @pytest.mark.parametrize(
     ("path", "limit"),
-    [("/api/v1/sessions/", API_LIMIT), ("/mcp", API_LIMIT), ("/accounts/login/", PAGE_LIMIT)],
+    [
+        ("/api/v1/sessions/", API_LIMIT),
+        ("/mcp", API_LIMIT),
+        ("/v1/chat/completions", API_LIMIT),
+        ("/accounts/login/", PAGE_LIMIT),
+    ],
 )
 def test_a_declared_gigabyte_is_refused_at_once_and_stored_nowhere(
     front: Nginx, upstream: Upstream, path: str, limit: int
@@ -300,6 +321,7 @@ def test_event_streams_are_delivered_as_written(front: Nginx, upstream: Upstream
     assert first_chunk_delay(front, f"/api/v1/sessions/{session}/events/stream/") < 1
     assert first_chunk_delay(front, "/api/v1/sessions/stream/") < 1
     assert first_chunk_delay(front, "/mcp") < 1
+    assert first_chunk_delay(front, "/v1/chat/completions") < 1
 
 
 def proxy_temp_peak(front: Nginx, path: str) -> int:
@@ -320,6 +342,7 @@ def test_event_streams_are_not_buffered_for_slow_clients(front: Nginx, upstream:
     # Unbuffered, a stream costs nginx no disk, and goaai sees the client's pace.
     assert proxy_temp_peak(front, "/api/v1/sessions/stream/") == 0
     assert proxy_temp_peak(front, "/mcp") == 0
+    assert proxy_temp_peak(front, "/v1/responses") == 0
     # The control: any other answer nginx reads ahead into its temporary files.
     assert proxy_temp_peak(front, "/api/v1/other/stream/") > 0
 

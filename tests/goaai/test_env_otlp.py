@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -58,9 +60,26 @@ def test_http_protobuf_is_the_protocol(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     assert env_otlp_endpoint("traces") == "http://collector:4318/v1/traces"
+
+
+def test_another_protocol_leaves_that_signal_off_with_a_warning(monkeypatch, caplog):
+    # grpc is a common injected default; goaai must start anyway, without telemetry
+    # for that signal, and say why.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
-    with pytest.raises(ImproperlyConfigured, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
-        env_otlp_endpoint("traces")
+    with caplog.at_level(logging.WARNING, logger="goaai.env"):
+        assert env_otlp_endpoint("traces") == ""
+        assert env_otlp_endpoint("metrics") == "http://collector:4317/v1/metrics"
+    (warning,) = caplog.records
+    assert warning.levelno == logging.WARNING
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" in warning.getMessage()
+    assert "'grpc'" in warning.getMessage()
+    assert "traces are not exported" in warning.getMessage()
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with caplog.at_level(logging.WARNING, logger="goaai.env"):
+        assert env_otlp_endpoint("metrics") == ""
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" in caplog.records[-1].getMessage()
 
 
 def test_an_endpoint_that_is_no_url_is_refused(monkeypatch):

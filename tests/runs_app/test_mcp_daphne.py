@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -79,3 +81,42 @@ def test_a_request_without_a_token_is_a_401_under_daphne(daphne: LiveServer) -> 
         urllib.request.urlopen(request, timeout=10)  # noqa: S310
     assert refused.value.code == 401
     assert refused.value.headers["WWW-Authenticate"] == 'Bearer realm="goaai"'
+
+
+def test_runs_waited_for_do_not_hold_up_other_calls_under_daphne(daphne: LiveServer) -> None:
+    # More run_start calls waiting for their runs than the event loop has threads
+    # for blocking work (min(32, cores + 4)): another call still answers at once.
+    api = Api.login(daphne, "bob")
+    token = api.token
+    (first,) = _session(
+        daphne,
+        token,
+        [("run_start", {"agent": "assistant", "input": "ask me my name", "wait_seconds": 20})],
+    )
+    assert first.structured_content["run"]["status"] == "awaiting_input"
+    session = first.structured_content["session"]
+    waiters = 12
+    answers: list[Any] = []
+
+    def wait_for_a_queued_run() -> None:
+        arguments = {"session": session, "input": "echo later", "multitask": "enqueue"}
+        answers.extend(_session(daphne, token, [("run_start", {**arguments, "wait_seconds": 8})]))
+
+    threads = [threading.Thread(target=wait_for_a_queued_run) for _ in range(waiters)]
+    deadline = time.monotonic() + 20
+    for started, thread in enumerate(threads, start=2):
+        thread.start()
+        # One start at a time (SQLite takes one writer), all of them then waiting.
+        while len(api.get(f"sessions/{session}/runs/")["results"]) < started:
+            assert time.monotonic() < deadline, "the runs were not started"
+            time.sleep(0.05)
+    before = time.monotonic()
+    (listed,) = _session(daphne, token, [("sessions_list", {})])
+    assert time.monotonic() - before < 3.0
+    assert [s["id"] for s in listed.structured_content["sessions"]] == [session]
+    for thread in threads:
+        thread.join(timeout=30)
+    # Each waited its full time for a run queued behind the one awaiting an answer.
+    assert len(answers) == waiters
+    assert {a.structured_content["run"]["status"] for a in answers} == {"pending"}
+    assert not any(a.structured_content["finished"] for a in answers)

@@ -5,10 +5,14 @@ them through /mcp)."""
 from __future__ import annotations
 
 import pytest
+from mcp.server.mcpserver.exceptions import ToolError
 
+from goaai.runtime import rt
+from goaai.runtime.errors import SessionEnded
 from runs_app.mcp import tools
 from runs_app.mcp.tools import Caller
 from sessions_app.eventlog import recording
+from sessions_app.models import Session
 from sessions_app.services import api_token_create
 from tests.factories import SessionFactory
 
@@ -40,3 +44,26 @@ def test_reading_events_takes_two_queries(caller, owner, django_assert_num_queri
     with django_assert_num_queries(2):
         read = tools.session_events(caller, session=session.pk, after=0, limit=100)
     assert [event["data"] for event in read["events"]] == [{"n": n} for n in range(events)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_fails_to_start_in_a_new_session_leaves_no_session(
+    caller, owner, monkeypatch, inline_runtime
+):
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise SessionEnded("The session ended meanwhile.")
+
+    monkeypatch.setattr(rt, "start", refuse)
+    with pytest.raises(ToolError, match="ended meanwhile"):
+        tools.run_start(
+            caller,
+            input="echo hi",
+            session=None,
+            agent="assistant",
+            labels=None,
+            metadata=None,
+            multitask=None,
+            idempotency_key=None,
+        )
+    # The session was made for this run only: it goes with it.
+    assert not Session.objects.filter(owner=owner).exists()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
-from runs_app.models import Run, ToolCall
+from runs_app.models import Run
 from sessions_app.services import api_token_create
 from tests.factories import UserFactory
 
@@ -217,21 +217,6 @@ def test_an_exchange_is_a_run_and_a_system_message_its_instructions(
     first = run.turns.order_by("index").first()
     assert first is not None
     assert {"role": "system", "content": "Answer briefly."} in first.request_messages
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_session_busy_with_another_run_is_a_409(
-    client: Client, token: str, inline_runtime: Any, owner: Any
-) -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather"}}]
-    waiting = _post(client, "chat/completions", _chat("call get_weather", tools=tools), token)
-    session = waiting.json()["goaai"]["session"]
-
-    busy = _post(client, "chat/completions", _chat(), token, **{"X-Goaai-Session": session})
-
-    assert busy.status_code == 409
-    assert _error(busy)["code"] == "session_busy"
-    assert ToolCall.objects.get().status == "scheduled"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,7 +5,10 @@ tools, errors, sessions, and every exchange recorded as a run."""
 
 from __future__ import annotations
 
+import base64
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.browser.server import Api, LiveServer
+from tests.browser.server import PASSWORD, Api, LiveServer
 
 CALCULATE = "calculate 2 * (3 + 4)"
 WEATHER_TOOL = {
@@ -357,3 +360,46 @@ def test_too_many_runs_is_a_rate_limit_error(daphne: LiveServer, alice: Api) -> 
     with pytest.raises(openai.RateLimitError) as limit:
         start_until_refused()
     assert int(limit.value.response.headers["Retry-After"]) >= 1
+
+
+def test_a_failed_run_is_not_sent_again_by_the_sdks_retries(daphne: LiveServer, alice: Api) -> None:
+    retrying = openai.OpenAI(
+        base_url=f"{daphne.url}/v1", api_key=alice.token, max_retries=2, timeout=30
+    )
+    text = f"flaky echo {uuid.uuid4().hex}"
+
+    with pytest.raises(openai.UnprocessableEntityError) as failed:
+        retrying.chat.completions.create(
+            model="assistant", messages=[{"role": "user", "content": text}]
+        )
+
+    run_id = str(failed.value.message).split("run ")[1].split(" ")[0]
+    session = _run(alice, run_id)["session"]
+    assert [run["input"] for run in alice.get(f"sessions/{session}/runs/")["results"]] == [text]
+
+
+def test_a_stream_ends_when_its_key_is_revoked(daphne: LiveServer, alice: Api) -> None:
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    created = httpx.post(
+        f"{daphne.url}/api/v1/auth/tokens/",
+        json={"name": "revoked mid-stream"},
+        headers={"Authorization": f"Basic {basic}"},
+    ).json()
+    streaming = openai.OpenAI(
+        base_url=f"{daphne.url}/v1", api_key=created["token"], max_retries=0, timeout=30
+    )
+    stream = streaming.chat.completions.create(
+        model="assistant", messages=[{"role": "user", "content": "tell me a story"}], stream=True
+    )
+    chunks = iter(stream)
+    while not (next(chunks).choices[0].delta.content or ""):
+        pass
+
+    alice.call("DELETE", f"auth/tokens/{created['id']}/")
+    started = time.monotonic()
+    with pytest.raises(openai.APIError, match="revoked"):
+        for _ in chunks:
+            pass
+
+    # The story takes some 9 s; the stream ended with the key, not with it.
+    assert time.monotonic() - started < 4

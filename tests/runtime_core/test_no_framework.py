@@ -33,3 +33,29 @@ def test_the_loop_and_the_in_memory_store_load_without_django_or_celery():
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+WEB_PROBE = """
+import json, sys
+import goaai.runtime.agents, goaai.runtime.facade
+loaded = sorted(
+    {name.split(".")[0] for name in sys.modules} & {"starlette", "uvicorn", "sse_starlette", "mcp"}
+)
+print(json.dumps(loaded))
+"""
+
+
+def test_the_agents_load_without_a_web_framework_or_the_mcp_sdk():
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
+        [sys.executable, "-c", WEB_PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []

@@ -26,7 +26,11 @@ from goaai.runtime.vocabulary import ErrorKind
 CLIENT_TOOLSET = "client"
 
 
-class _AnyArguments(pydantic.BaseModel):
+class AnyArguments(pydantic.BaseModel):
+    """The arguments of a tool whose schema goaai does not check itself (a caller's
+    tool, checked by the caller; an MCP server's, checked by the server): any
+    object, passed on as the model wrote it."""
+
     model_config = pydantic.ConfigDict(extra="allow")
 
 
@@ -56,7 +60,7 @@ def client_tool(spec: Mapping[str, Any]) -> ClientTool:
         name=str(spec["name"]),
         description=str(spec.get("description") or ""),
         func=_never_called,
-        arguments_model=_AnyArguments,
+        arguments_model=AnyArguments,
         toolset=CLIENT_TOOLSET,
         timeout_seconds=None,
         answered_by_caller=True,

@@ -40,6 +40,39 @@ def test_private_loopback_and_special_addresses_are_refused(url):
         check_url(url, NONE)
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1: the translator delivers it to loopback
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "64:ff9b:1::a9fe:a9fe",  # a local-use NAT64 prefix (RFC 8215)
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo, client 10.0.0.1
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::a00:1",  # IPv4-compatible 10.0.0.1
+    ],
+)
+def test_ipv6_forms_of_private_ipv4_addresses_are_refused(monkeypatch, address):
+    _resolving(monkeypatch, {"tunnel.example.com": [address]})
+    with pytest.raises(RefusedUrl, match="not a public address"):
+        check_url("https://tunnel.example.com/hook", NONE)
+    with pytest.raises(RefusedUrl, match="not a public address"):
+        check_url(f"http://[{address}]/hook", NONE)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::5db8:d822", "2002:5db8:d822::1"])
+def test_ipv6_forms_of_public_ipv4_addresses_are_accepted(monkeypatch, address):
+    _resolving(monkeypatch, {"tunnel.example.com": [address]})
+    assert check_url("https://tunnel.example.com/hook", NONE).address == address
+
+
+def test_an_allowed_ipv4_network_also_allows_its_ipv6_forms(monkeypatch):
+    _resolving(monkeypatch, {"tunnel.example.com": ["64:ff9b::a00:7"]})
+    allow = AllowList.parse(["10.0.0.0/8"])
+    assert check_url("https://tunnel.example.com/hook", allow).address == "64:ff9b::a00:7"
+
+
 def test_a_name_that_resolves_to_a_private_address_is_refused(monkeypatch):
     _resolving(monkeypatch, {"hooks.example.com": ["10.0.0.7"]})
     with pytest.raises(RefusedUrl, match=r"resolves to 10\.0\.0\.7"):

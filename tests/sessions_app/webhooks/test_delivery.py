@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
+import time
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -13,7 +16,9 @@ from goaai.runtime import rt
 from goaai.runtime.vocabulary import WebhookDeliveryStatus
 from sessions_app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from sessions_app.webhooks import delivery, services
+from sessions_app.webhooks.addresses import AllowList
 from sessions_app.webhooks.delivery import SCHEDULE, claim_due, deliver_due
+from sessions_app.webhooks.sending import EXCERPT_BYTES, Outcome, send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -188,5 +193,96 @@ def test_a_delivery_whose_endpoint_was_deleted_meanwhile_is_dropped(owner, recei
     queued = services.webhook_ping(endpoint_id=endpoint.pk)
     (claimed,) = claim_due(now=timezone.now(), limit=1)
     services.webhook_endpoint_delete(endpoint_id=endpoint.pk)
-    assert delivery.attempt(delivery_id=claimed) is None
+    assert delivery.attempt(claim=claimed) is None
     assert not WebhookDelivery.objects.filter(pk=queued.pk).exists()
+
+
+def _send_in_thread(receiver, timeout: float) -> tuple[threading.Thread, list[Outcome]]:
+    outcomes: list[Outcome] = []
+
+    def attempt() -> None:
+        outcomes.append(
+            send(
+                url=receiver.url,
+                secret="whsec_" + "A" * 32,
+                message_id="msg_drip",
+                payload={"type": "webhook.ping"},
+                allow=AllowList.parse(["127.0.0.0/8"]),
+                timeout=timeout,
+            )
+        )
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    return thread, outcomes
+
+
+@pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers"])
+def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_timeout(receiver, drip_headers):
+    # Each byte comes well within the timeout, but the attempt as a whole may take
+    # no longer than it: a receiver cannot hold a sender for hours.
+    receiver.drip_every = 0.05
+    receiver.drip_headers = drip_headers
+    started = time.monotonic()
+    thread, outcomes = _send_in_thread(receiver, timeout=1.0)
+    thread.join(timeout=3.0)
+    assert not thread.is_alive(), "the attempt outlived its timeout"
+    assert time.monotonic() - started < 2.0
+    (outcome,) = outcomes
+    if drip_headers:
+        assert outcome.status is None
+        assert "No answer within 1 s" in outcome.error
+    else:
+        # The answer came (a 200 is a success); only its excerpt was cut short.
+        assert outcome.status == 200
+        assert outcome.succeeded
+        assert outcome.excerpt.startswith("answer")
+        assert len(outcome.excerpt) < EXCERPT_BYTES
+        assert "within 1 s" in outcome.error
+
+
+def test_an_attempt_whose_claim_was_taken_over_is_not_recorded(owner, receiver):
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    now = timezone.now()
+    (stale,) = claim_due(now=now, limit=1)
+    # The first sender seemed dead: its claim expired and another one took over.
+    later = now + dt.timedelta(
+        seconds=delivery.CLAIM_GRACE_SECONDS + settings.GOAAI_WEBHOOK_TIMEOUT_SECONDS + 1
+    )
+    (fresh,) = claim_due(now=later, limit=1)
+    assert fresh.delivery_id == stale.delivery_id == queued.pk
+    assert delivery.attempt(claim=fresh, now=later) is not None
+    # The first sender comes back with the outcome of its attempt: it no longer
+    # holds the delivery, so it records nothing and schedules nothing.
+    assert (
+        delivery.attempt_record(
+            delivery_id=queued.pk,
+            started_at=now,
+            outcome=Outcome(500, 9000),
+            now=later,
+            held_until=stale.held_until,
+        )
+        is None
+    )
+    # Nor does it send again with the claim it lost.
+    assert delivery.attempt(claim=stale, now=later) is None
+    assert len(receiver.requests) == 1
+    queued.refresh_from_db()
+    assert queued.attempts == 1
+    assert queued.attempt_log.count() == 1
+    assert queued.status == WebhookDeliveryStatus.SUCCEEDED
+
+
+def test_one_endpoint_gets_at_most_its_share_of_a_claim(owner, receiver):
+    slow = _endpoint(owner, receiver.url)
+    fast = _endpoint(owner, receiver.url + "/other")
+    for _ in range(4):
+        services.webhook_ping(endpoint_id=slow.pk)
+    services.webhook_ping(endpoint_id=fast.pk)
+    now = timezone.now()
+    claimed = claim_due(now=now, limit=4, per_endpoint=1)
+    assert sorted(c.endpoint_id for c in claimed) == sorted([slow.pk, fast.pk])
+    # The slow endpoint's attempt is still under way in this process: none more.
+    assert claim_due(now=now, limit=4, per_endpoint=1, busy={slow.pk: 1}) == []
+    assert len(claim_due(now=now, limit=4, per_endpoint=2, busy={slow.pk: 1})) == 1

@@ -61,3 +61,45 @@ def test_no_dispatcher_starts_when_polling_is_off(settings):
     settings.GOAAI_WEBHOOK_POLL_SECONDS = 0
     dispatcher.start()
     assert dispatcher._dispatcher is None
+
+
+def test_a_slow_endpoint_does_not_hold_up_the_others(owner, receiver, settings):
+    # Four senders, one slow receiver with four deliveries due: it gets one sender
+    # at a time, and another endpoint's delivery goes out meanwhile.
+    settings.GOAAI_WEBHOOK_POLL_SECONDS = 60
+    settings.GOAAI_WEBHOOK_SENDERS = 4
+    settings.GOAAI_WEBHOOK_SENDERS_PER_ENDPOINT = 1
+    receiver.delay = 2.0
+    slow = services.webhook_endpoint_create(
+        owner_id=owner.pk, url=receiver.url, events=["run.completed"]
+    )
+    for _ in range(4):
+        services.webhook_ping(endpoint_id=slow.pk)
+    dispatcher.start()
+    try:
+        _wait_for(lambda: receiver.in_flight == 1)
+        receiver.delay = 0.0
+        fast = services.webhook_endpoint_create(
+            owner_id=owner.pk, url=receiver.url + "/fast", events=["run.completed"]
+        )
+        services.webhook_ping(endpoint_id=fast.pk)
+        dispatcher.wake()
+        _wait_for(
+            lambda: WebhookDelivery.objects.filter(
+                endpoint=fast, status=WebhookDeliveryStatus.SUCCEEDED
+            ).exists(),
+            timeout=1.5,
+        )
+        _wait_for(
+            lambda: (
+                WebhookDelivery.objects.filter(
+                    endpoint=slow, status=WebhookDeliveryStatus.SUCCEEDED
+                ).count()
+                == 4
+            )
+        )
+    finally:
+        dispatcher.stop()
+    # The fast one arrived alone; the slow endpoint never had two senders.
+    assert receiver.most_in_flight == 2
+    assert [r.path for r in receiver.requests].count("/hooks/goaai/fast") == 1

@@ -26,6 +26,12 @@ from goaai.runtime.config import McpServer
 
 GIT = shutil.which("git") or "/usr/bin/git"
 TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
+# A server that reads the initialize request and never answers; it ignores SIGTERM
+# and the end of its stdin, so only a kill ends it. ``{marker}`` names it.
+HANGING = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "sys.stdin.readline(); time.sleep(3600)  # {marker}"
+)
 
 
 def time_server(**settings: Any) -> McpServer:
