@@ -61,7 +61,13 @@ from goaai.runtime.types import (
     ToolOutcome,
     TurnState,
 )
-from goaai.runtime.vocabulary import ErrorKind, FinishReason, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import (
+    AwaitingKind,
+    ErrorKind,
+    FinishReason,
+    RunStatus,
+    ToolCallStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -773,7 +779,7 @@ class TurnLoop:
         if call.waits_for_person:
             raise _Paused(
                 self.store.await_input(
-                    run_id=context.run_id, kind="approval", tool_call_id=tool_call_id
+                    run_id=context.run_id, kind=AwaitingKind.APPROVAL, tool_call_id=tool_call_id
                 )
             )
         return self._execute_call(context, call)
@@ -792,7 +798,7 @@ class TurnLoop:
         raise _Paused(
             self.store.await_input(
                 run_id=context.run_id,
-                kind="question",
+                kind=AwaitingKind.QUESTION,
                 tool_call_id=tool_call_id,
                 question=question.text,
                 choices=question.choices,
@@ -949,7 +955,7 @@ class TurnLoop:
         ]
         return self.store.await_input(
             run_id=context.run_id,
-            kind="client_tool",
+            kind=AwaitingKind.CLIENT_TOOL,
             tool_call_id=waiting[0],
             tool_call_ids=waiting,
         )
