@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 from standardwebhooks import Webhook
 
 from sessions_app.webhooks.addresses import AllowList, RefusedUrl, check_url
@@ -63,7 +63,7 @@ def signed_headers(*, secret: str, message_id: str, at: dt.datetime, body: str) 
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     """The certificates every attempt checks against, loaded once per process."""
-    return httpx.create_ssl_context(trust_env=False)
+    return httpx2.create_ssl_context(trust_env=False)
 
 
 def send(
@@ -99,9 +99,9 @@ def send(
     request = _Request(target.connect_url, body.encode(), headers, extensions)
     try:
         status, excerpt, complete = asyncio.run(_exchange(request, timeout))
-    except (TimeoutError, httpx.TimeoutException):
+    except (TimeoutError, httpx2.TimeoutException):
         return Outcome(None, elapsed(), f"No answer within {timeout:g} s.")
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         return Outcome(None, elapsed(), f"{type(exc).__name__}: {exc}"[:500])
     late = "" if complete else f"The rest of the answer did not come within {timeout:g} s."
     return Outcome(status, elapsed(), late, excerpt)
@@ -121,7 +121,7 @@ async def _exchange(request: _Request, timeout: float) -> tuple[int, str, bool]:
     (the status counts either way: the receiver has answered)."""
     deadline = asyncio.get_running_loop().time() + timeout
     # No proxies from the environment: the request goes to the checked address.
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         verify=_ssl_context(), timeout=timeout, follow_redirects=False, trust_env=False
     ) as client:
         async with asyncio.timeout_at(deadline):
@@ -146,7 +146,7 @@ async def _exchange(request: _Request, timeout: float) -> tuple[int, str, bool]:
                         size += len(chunk)
                         if size >= EXCERPT_BYTES:
                             break
-            except (TimeoutError, httpx.TimeoutException):
+            except (TimeoutError, httpx2.TimeoutException):
                 complete = False
         finally:
             await response.aclose()

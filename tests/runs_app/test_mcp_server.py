@@ -17,7 +17,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 import uvicorn
@@ -426,8 +425,8 @@ def test_the_admin_shows_who_wrote_an_entry_through_mcp(base_url, owner, staff, 
     assert b"pet" in revisions.content
 
 
-def _post(base_url: str, headers: dict[str, str], path: str = "/mcp") -> httpx.Response:
-    return httpx.post(
+def _post(base_url: str, headers: dict[str, str], path: str = "/mcp") -> httpx2.Response:
+    return httpx2.post(
         f"{base_url}{path}", json=INITIALIZE, headers={**MCP_HEADERS, **headers}, timeout=10
     )
 
@@ -482,7 +481,7 @@ def test_other_hosts_and_origins_are_refused(base_url, owner):
 
 def test_an_oversized_body_is_refused_before_it_is_read(base_url, owner, settings):
     settings.GOAAI_API_MAX_BODY_BYTES = 1024
-    answer = httpx.post(
+    answer = httpx2.post(
         f"{base_url}/mcp",
         content=b"{" + b" " * 4096 + b"}",
         headers={**MCP_HEADERS, "Authorization": f"Bearer {token_for(owner)}"},

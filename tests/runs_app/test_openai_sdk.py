@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -328,7 +328,7 @@ def test_every_exchange_is_in_the_admin(daphne: LiveServer, client: openai.OpenA
         "get_user_model().objects.create_superuser('root', password='root-pass-42')"
     )
 
-    with httpx.Client(base_url=daphne.url, follow_redirects=True, timeout=30) as browser:
+    with httpx2.Client(base_url=daphne.url, follow_redirects=True, timeout=30) as browser:
         browser.get("/admin/login/")
         browser.post(
             "/admin/login/?next=/admin/",
@@ -380,7 +380,7 @@ def test_a_failed_run_is_not_sent_again_by_the_sdks_retries(daphne: LiveServer, 
 
 def test_a_stream_ends_when_its_key_is_revoked(daphne: LiveServer, alice: Api) -> None:
     basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
-    created = httpx.post(
+    created = httpx2.post(
         f"{daphne.url}/api/v1/auth/tokens/",
         json={"name": "revoked mid-stream"},
         headers={"Authorization": f"Basic {basic}"},
