@@ -17,7 +17,11 @@ from goaai.runtime.vocabulary import (
     FinishReason,
     Multitask,
     RunStatus,
+    ScoreKind,
+    ScoreSource,
+    StopKind,
     ToolCallStatus,
+    TurnInterruption,
     choices,
 )
 
@@ -193,6 +197,16 @@ class Run(models.Model):
     error_retryable = models.BooleanField(default=False)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=200, blank=True)
+    # Who asked for the stop and in which role, for telling the ending ("Stopped by
+    # an operator (maria)"); blank on runs nobody stopped.
+    cancel_kind = models.CharField(max_length=16, choices=choices(StopKind), blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     # What an ``awaiting_input`` run waits for: {"kind": "approval"|"question",
     # "tool_call": id, "question": text}; null otherwise.
     awaiting = models.JSONField(null=True, blank=True)
@@ -312,6 +326,12 @@ class Turn(models.Model):
     # How many times the model was asked again after a retryable error.
     retries = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    # A turn that did not finish (stopped, failed or crashed mid-answer) keeps the
+    # text streamed so far in ``response_text``; while it streams, that text is
+    # checkpointed about once a second. Its usage is the provider's when it reported
+    # it, else estimated from the text (``usage_estimated``).
+    interruption = models.CharField(max_length=16, choices=choices(TurnInterruption), blank=True)
+    usage_estimated = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
@@ -522,3 +542,51 @@ class SessionFork(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} forked from {self.source_session_id}"
+
+
+class Score(models.Model):
+    """A judgement of a run: a user's thumbs up or down, a reviewer's grade, an
+    evaluation's metric. Numeric and boolean scores keep ``value`` (a boolean is 1
+    or 0); category scores keep ``category``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="scores")
+    # What is scored: "feedback" for the user's thumbs, any name for the others.
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=choices(ScoreKind))
+    value = models.FloatField(null=True, blank=True)
+    category = models.CharField(max_length=100, blank=True)
+    source = models.CharField(max_length=16, choices=choices(ScoreSource))
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="run_scores",
+    )
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["run", "name"], name="score_run_name"),
+            models.Index(fields=["name", "-created_at"], name="score_name_created"),
+        ]
+        constraints = [
+            # One thumbs per person and run: giving another replaces it.
+            models.UniqueConstraint(
+                fields=["run", "name", "author"],
+                condition=models.Q(source=ScoreSource.FEEDBACK),
+                name="score_feedback_once_per_author",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=[k.value for k in ScoreKind]),
+                name="score_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        shown = self.category if self.kind == ScoreKind.CATEGORY else self.value
+        return f"{self.name}={shown} on run {self.run_id}"

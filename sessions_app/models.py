@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from goaai.runtime import payloads
 from goaai.runtime.vocabulary import (
@@ -39,6 +40,8 @@ class Session(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # When the session's newest event was recorded: chats are listed by it.
+    last_activity_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created_at"]
@@ -50,6 +53,7 @@ class Session(models.Model):
             models.Index(fields=["status", "-created_at"], name="session_status_created"),
             models.Index(fields=["agent", "-created_at"], name="session_agent_created"),
             models.Index(fields=["-created_at"], name="session_created"),
+            models.Index(fields=["owner", "-last_activity_at"], name="session_owner_activity"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -264,3 +268,23 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} ({self.response_status or self.error or '?'})"
+
+
+class UserPreferences(models.Model):
+    """What a user chose on their settings page."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="goaai_preferences"
+    )
+    # An IANA name ("Europe/Paris"); blank: the browser's own time zone.
+    time_zone = models.CharField(max_length=64, blank=True)
+    # Single-key shortcuts in the chat (WCAG 2.1.4: they can be turned off).
+    shortcuts_enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "user preferences"
+        verbose_name_plural = "user preferences"
+
+    def __str__(self) -> str:
+        return f"Preferences of {self.user}"

@@ -129,6 +129,38 @@ class AwaitingKind(StrEnum):
     CLIENT_TOOL = "client_tool"
 
 
+class StopKind(StrEnum):
+    """Who or what stopped a run, for telling its ending ("Stopped by you")."""
+
+    USER = "user"  # the person the run answers
+    OPERATOR = "operator"  # a member of staff, acting on another user's run
+    SUPERSEDED = "superseded"  # replaced by the next message (multitask "interrupt")
+    POLICY = "policy"  # a rule: a time limit, a budget
+
+
+class TurnInterruption(StrEnum):
+    """How a turn ended before its model finished answering (blank: it finished).
+    The turn keeps the text streamed so far and the usage of what was said."""
+
+    CANCELED = "canceled"  # the run was stopped mid-answer
+    FAILED = "failed"  # the model's stream broke off with an error
+    CRASHED = "crashed"  # the worker died; the run was taken up again
+
+
+class ScoreKind(StrEnum):
+    NUMERIC = "numeric"
+    BOOLEAN = "boolean"
+    CATEGORY = "category"
+
+
+class ScoreSource(StrEnum):
+    """Where a score on a run came from."""
+
+    FEEDBACK = "feedback"  # the run's user (thumbs up or down in the chat, or the API)
+    STAFF = "staff"  # a member of staff reviewing the run
+    API = "api"  # an integration (an evaluation pipeline)
+
+
 class WriterKind(StrEnum):
     """Who changed a memory entry."""
 
@@ -202,6 +234,9 @@ class EventType(StrEnum):
     TOOL_CALL_CANCELED = "tool_call.canceled"
     RUN_AWAITING_INPUT = "run.awaiting_input"
     RUN_RESUMED = "run.resumed"
+    # The worker executing the run was lost (its process died, its lease expired):
+    # the run is taken up again from what was recorded.
+    RUN_INTERRUPTED = "run.interrupted"
     MEMORY_STORED = "memory.stored"
     MEMORY_DELETED = "memory.deleted"
     POLICY_DECISION = "policy.decision"
