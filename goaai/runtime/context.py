@@ -28,7 +28,7 @@ from goaai.runtime.conversation import (
     ConversationSettings,
 )
 from goaai.runtime.models.base import ModelSettings, ToolSpec
-from goaai.runtime.types import EarlierRun, Message, SummaryState, ToolCallRequest
+from goaai.runtime.types import EarlierRun, Message, SummaryState, ToolCallRequest, Usage
 from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus
 
 CHARS_PER_TOKEN = 4
@@ -64,6 +64,16 @@ def message_tokens(message: Message) -> int:
 
 def messages_tokens(messages: Iterable[Message]) -> int:
     return sum(message_tokens(m) for m in messages)
+
+
+def estimated_usage(request: Iterable[Message], text: str, specs: Sequence[ToolSpec] = ()) -> Usage:
+    """The usage of a reply that ended before the provider reported any (stopped,
+    failed or lost mid-answer): the request it was sent and the text said so far,
+    estimated as the rest of the context budget is. Recorded as estimated."""
+    return Usage(
+        input_tokens=messages_tokens(request) + tools_tokens(specs),
+        output_tokens=estimate_tokens(text),
+    )
 
 
 def tools_tokens(specs: Sequence[ToolSpec]) -> int:
