@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from typing import NamedTuple
+from collections import defaultdict
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
@@ -25,6 +27,7 @@ from django.utils import timezone
 from goaai import sql
 from goaai.runtime.context import MAX_HISTORY_RUNS
 from goaai.runtime.errors import NotFound
+from goaai.runtime.types import ToolCallState
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
 from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 
@@ -36,10 +39,36 @@ def run_get(*, run_id: UUID) -> Run:
         raise NotFound(f"No run {run_id}.") from None
 
 
+class BranchRun(NamedTuple):
+    """An earlier run as its history is read: the run's columns (``id``, ``input``,
+    ``status``, ``error_message``) and its turns' in order, each turn's tool calls
+    in order under ``"tool_calls"`` (with the columns of :class:`ToolCallState`)."""
+
+    run: dict[str, Any]
+    turns: list[dict[str, Any]]
+
+
 class BranchHistory(NamedTuple):
-    runs: list[Run]
+    runs: list[BranchRun]
     summary: HistorySummary | None
     cut: bool
+
+
+# What a run's history needs of each earlier turn and tool call. Read as values, not
+# model instances: a long branch has thousands of rows, each read at every claim.
+_BRANCH_RUN_COLUMNS = ("id", "input", "status", "error_message")
+_BRANCH_TURN_COLUMNS = (
+    "id",
+    "run_id",
+    "index",
+    "ended_at",
+    "response_text",
+    "response_tool_calls",
+    "finish_reason",
+    "output_tokens",
+    "reasoning_tokens",
+)
+_BRANCH_CALL_COLUMNS = ("turn_id", *(field.name for field in dataclasses.fields(ToolCallState)))
 
 
 def branch_history(*, previous_run_id: UUID | None) -> BranchHistory:
@@ -59,24 +88,20 @@ def branch_history(*, previous_run_id: UUID | None) -> BranchHistory:
         )
         walked = walked[:-1]
     cut = len(walked) > MAX_HISTORY_RUNS
-    walked = walked[:MAX_HISTORY_RUNS]
-    ids = [run_id for run_id, _ in walked]
-    runs = {
-        run.pk: run
-        for run in Run.objects.filter(pk__in=ids)
-        .only("id", "input", "status", "error_message")
-        .prefetch_related(
-            Prefetch(
-                "turns",
-                queryset=Turn.objects.order_by("index")
-                .defer("request_messages", "reasoning", "reasoning_state")
-                .prefetch_related(
-                    Prefetch("tool_calls", queryset=ToolCall.objects.order_by("index"))
-                ),
-            )
-        )
-    }
-    return BranchHistory([runs[i] for i in reversed(ids) if i in runs], summary, cut)
+    ids = [run_id for run_id, _ in walked[:MAX_HISTORY_RUNS]]
+    runs = {row["id"]: row for row in Run.objects.filter(pk__in=ids).values(*_BRANCH_RUN_COLUMNS)}
+    calls: dict[UUID, list[dict[str, Any]]] = defaultdict(list)
+    for call in (
+        ToolCall.objects.filter(run_id__in=ids).order_by("index").values(*_BRANCH_CALL_COLUMNS)
+    ):
+        calls[call.pop("turn_id")].append(call)
+    turns: dict[UUID, list[dict[str, Any]]] = defaultdict(list)
+    for turn in Turn.objects.filter(run_id__in=ids).order_by("index").values(*_BRANCH_TURN_COLUMNS):
+        turn["tool_calls"] = calls[turn["id"]]
+        turns[turn["run_id"]].append(turn)
+    return BranchHistory(
+        [BranchRun(runs[i], turns[i]) for i in reversed(ids) if i in runs], summary, cut
+    )
 
 
 class Exchange(NamedTuple):

@@ -60,27 +60,28 @@ def _turn_state(turn: Turn) -> TurnState:
     )
 
 
-def _earlier_run(run: Run) -> EarlierRun:
+def _earlier_run(earlier: selectors.BranchRun) -> EarlierRun:
+    run = earlier.run
     return EarlierRun(
-        id=run.id,
-        input=run.input,
-        status=run.status,
-        error_message=run.error_message,
+        id=run["id"],
+        input=run["input"],
+        status=run["status"],
+        error_message=run["error_message"],
         turns=tuple(
             TurnState(
-                id=turn.id,
-                index=turn.index,
+                id=turn["id"],
+                index=turn["index"],
                 request_messages=(),
-                ended=turn.ended_at is not None,
-                response_text=turn.response_text,
+                ended=turn["ended_at"] is not None,
+                response_text=turn["response_text"],
                 response_tool_calls=tuple(
-                    ToolCallRequest.from_dict(c) for c in turn.response_tool_calls
+                    ToolCallRequest.from_dict(c) for c in turn["response_tool_calls"]
                 ),
-                tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
-                finish_reason=turn.finish_reason,
-                output_tokens=turn.output_tokens - turn.reasoning_tokens,
+                tool_calls=tuple(ToolCallState(**call) for call in turn["tool_calls"]),
+                finish_reason=turn["finish_reason"],
+                output_tokens=turn["output_tokens"] - turn["reasoning_tokens"],
             )
-            for turn in run.turns.all()
+            for turn in earlier.turns
         ),
     )
 
