@@ -8,7 +8,7 @@ PORT ?= 8000
 # otherwise this local server (the one CI provides).
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: install browser nginx pgvector run cluster test lint typecheck pytest pytest-postgres clean
+.PHONY: install browser nginx pgvector run cluster test vendor lint typecheck pytest pytest-postgres clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,15 +62,34 @@ pgvector:
 	  fi; \
 	fi
 
+# `make run HOST=0.0.0.0 PORT=8080` serves on another address (printed before the
+# server starts; a host other than this machine's loopback needs ALLOWED_HOSTS).
 run: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py ensure_admin
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) goaai.asgi:application
+	$(PY) manage.py ensure_admin --host '$(HOST)' --port '$(PORT)'
+	$(VENV)/bin/daphne -b '$(HOST)' -p '$(PORT)' goaai.asgi:application
 
 # ESLint for the web UI's JavaScript, installed as package-lock.json pins it.
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
+
+# The browser libraries the chat and the timeline load (markdown, sanitizing, code
+# highlighting), copied from node_modules at the versions package-lock.json pins,
+# with their licences; the copies are committed, as Django commits its admin's
+# jQuery. Source-map comments are dropped (the maps are not copied).
+VENDOR := sessions_app/static/sessions_app/vendor
+HLJS := node_modules/@highlightjs/cdn-assets
+vendor: node_modules/.installed
+	rm -rf $(VENDOR)/marked $(VENDOR)/dompurify $(VENDOR)/highlight.js
+	mkdir -p $(VENDOR)/marked $(VENDOR)/dompurify $(VENDOR)/highlight.js
+	sed '/^\/\/# sourceMappingURL=/d' node_modules/marked/lib/marked.esm.js > $(VENDOR)/marked/marked.esm.js
+	cp node_modules/marked/LICENSE $(VENDOR)/marked/LICENSE
+	sed '/^\/\/# sourceMappingURL=/d' node_modules/dompurify/dist/purify.es.mjs > $(VENDOR)/dompurify/purify.es.js
+	cp node_modules/dompurify/LICENSE node_modules/dompurify/LICENSE-MPL $(VENDOR)/dompurify/
+	sed '/^\/\/# sourceMappingURL=/d' $(HLJS)/es/highlight.min.js > $(VENDOR)/highlight.js/highlight.min.js
+	cp $(HLJS)/styles/github.min.css $(HLJS)/styles/github-dark.min.css $(HLJS)/LICENSE $(VENDOR)/highlight.js/
+	node -e 'for (const p of ["marked", "dompurify", "@highlightjs/cdn-assets"]) console.log(p, require("./node_modules/" + p + "/package.json").version)' > $(VENDOR)/VERSIONS
 
 lint: install node_modules/.installed
 	$(VENV)/bin/ruff check .

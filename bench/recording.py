@@ -109,10 +109,12 @@ class Raw:
                     },
                 )
             )
+        # The statement goaai's steps start with: the counter and the last activity.
         rows.append(
             (
-                "UPDATE sessions_app_session SET last_event_seq = %s WHERE id = %s",
-                (self.seq, self._id(session_id)),
+                "UPDATE sessions_app_session SET last_event_seq = %s, last_activity_at = %s "
+                "WHERE id = %s",
+                (self.seq, self._now(), self._id(session_id)),
             )
         )
         return rows

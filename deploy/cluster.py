@@ -155,7 +155,7 @@ def main() -> None:
     fresh_dir(args.dir)
     env = environment(args)
     manage(env, "migrate", "--noinput", "-v", "0")
-    manage(env, "ensure_admin")
+    manage(env, "ensure_admin", "--url", f"http://{args.listen}/")
     manage(env, "collectstatic", "--noinput", "-v", "0")
     render_nginx(args, env)
     print(

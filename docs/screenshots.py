@@ -6,7 +6,7 @@ Run by hand from the project folder (not part of the test suite):
 
 It starts goaai on daphne with a throwaway SQLite database, fills it through the
 REST API and the browser, and writes docs/screenshots/{session-list,chat,approval,
-memory,chat-mobile}.png (1280x800 desktop, 375 px wide mobile).
+memory,settings,chat-mobile}.png (1280x800 desktop, 375 px wide mobile).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ import datetime as dt
 from django.utils import timezone
 from sessions_app.models import Session
 for session_id, days in {ages!r}.items():
-    Session.objects.filter(pk=session_id).update(
-        created_at=timezone.now() - dt.timedelta(days=days)
-    )
+    then = timezone.now() - dt.timedelta(days=days)
+    Session.objects.filter(pk=session_id).update(created_at=then, last_activity_at=then)
 """
 
 
@@ -85,6 +84,7 @@ def main() -> None:
                 "always remember my name is Ada",
                 "what is my favourite colour?",
                 "calculate 2 * (3 + 4)",
+                "echo Answers are **markdown**: `code`, *emphasis* and [links](https://example.com)",
             ):
                 wait_run(send(page, text), "completed")
             page.get_by_test_id("transcript").evaluate("(t) => { t.scrollTop = t.scrollHeight; }")
@@ -100,6 +100,10 @@ def main() -> None:
             open_chat(page, ids["cleanup"])
             expect(page.get_by_test_id("approve-button")).to_be_visible()
             page.screenshot(path=OUT / "approval.png")
+
+            # The settings page.
+            page.goto("/settings/")
+            page.screenshot(path=OUT / "settings.png")
 
             # The list of chats.
             page.goto("/")

@@ -8,6 +8,7 @@ from rest_framework.routers import SimpleRouter
 
 from memory_app.api.views import MemoryViewSet
 from runs_app.api.agents import AgentDetailView, AgentListView, AgentVersionListView
+from runs_app.api.feedback import RunFeedbackViewSet
 from runs_app.api.redo import RunRedoViewSet
 from runs_app.api.usage import UsageViewSet
 from runs_app.api.views import (
@@ -19,6 +20,7 @@ from runs_app.api.views import (
     TurnViewSet,
 )
 from sessions_app.api import sse
+from sessions_app.api.preferences import PreferencesView
 from sessions_app.api.views import ApiTokenViewSet, SessionViewSet
 from sessions_app.api.webhooks import WebhookDeliveryViewSet, WebhookEndpointViewSet
 
@@ -65,6 +67,12 @@ urlpatterns = [
         )
         for how in ("retry", "regenerate", "edit", "fork")
     ),
+    path(
+        "runs/<uuid:pk>/feedback/",
+        RunFeedbackViewSet.as_view({"post": "give", "delete": "take_back"}),
+        name="run-feedback",
+    ),
+    path("me/preferences/", PreferencesView.as_view(), name="me-preferences"),
     path("usage/", UsageViewSet.as_view({"get": "report"}), name="usage"),
     path("agents/", AgentListView.as_view(), name="agents"),
     path("agents/<str:agent_id>/", AgentDetailView.as_view(), name="agent-detail"),

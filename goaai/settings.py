@@ -108,6 +108,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Pages in the user's time zone: their preference, else their browser's.
+    "sessions_app.timezones.TimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a sign-in refused for a lockout into its answer (goaai.security).
@@ -126,6 +128,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "sessions_app.context_processors.preferences",
             ],
         },
     },
@@ -148,6 +151,9 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# One clock everywhere: times of day in 24 hours (HH:MM), the admin's included
+# (goaai/formats/en/formats.py overrides the English locale's 12-hour "P").
+FORMAT_MODULE_PATH = ["goaai.formats"]
 USE_I18N = True
 USE_TZ = True
 

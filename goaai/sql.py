@@ -7,8 +7,9 @@ and query-count tests see them like any other query:
 
 - :func:`reserve_event_numbers`: the first statement of every recorded step. It
   locks the session row (every writer takes its locks in the same order, so
-  concurrent writers cannot deadlock) and moves the session's event counter, in
-  one round trip that also returns what the step needs to know of the session.
+  concurrent writers cannot deadlock) and moves the session's event counter and
+  last activity, in one round trip that also returns what the step needs to know
+  of the session.
   On SQLite the same statement also reads what the step needs of the record it
   changes; :func:`read_row` is that read as one indexed probe of its own (a
   queryset costs more to build than the step's whole write, bench/recording.py).
@@ -78,9 +79,11 @@ def aware(value: Any) -> dt.datetime:
 # The event log
 
 
+# The step is the session's newest activity as well: the same statement moves
+# ``last_activity_at`` to the step's time (chats are listed by it).
 _RESERVE = (
-    "UPDATE {sessions} SET last_event_seq = last_event_seq + %s WHERE id = {which} "
-    "RETURNING id, last_event_seq, status, owner_id, agent{read}"
+    "UPDATE {sessions} SET last_event_seq = last_event_seq + %s, {activity} = %s "
+    "WHERE id = {which} RETURNING id, last_event_seq, status, owner_id, agent{read}"
 )
 
 
@@ -107,7 +110,8 @@ def _reserve_sql(
         f", (SELECT {quote(column)} FROM {quote(of._meta.db_table)} WHERE id = %s)"  # type: ignore[union-attr]  # noqa: S608
         for column in _columns(of, read)
     )
-    return _RESERVE.format(sessions=sessions, which=which, read=columns)
+    activity = quote(str(_field(session_model, "last_activity_at").column))
+    return _RESERVE.format(sessions=sessions, activity=activity, which=which, read=columns)
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
@@ -172,24 +176,28 @@ def reserve_event_numbers(
     pk: UUID,
     count: int,
     *,
+    now: dt.datetime,
     of: type[models.Model] | None = None,
     read: tuple[str, ...] = (),
 ) -> Reserved | None:
-    """Lock a session row and move its event counter by ``count`` (:class:`Reserved`),
-    or ``None`` when there is no such session. ``pk`` is the session's, or with ``of``
-    the id of a row of that model in the session (a run, a tool call, a turn): the
-    step then finds its session in the same statement. ``read`` names fields of that
-    row the step needs, read once the session is locked. On SQLite, whose writers
-    are serialized from ``BEGIN IMMEDIATE`` on, the same statement reads them, and
-    the step needs no statement before its write. On PostgreSQL, a statement's
-    subqueries read the snapshot it took before it waited for the lock, so a second
-    statement reads them. Call it inside ``transaction.atomic()``."""
+    """Lock a session row, move its event counter by ``count`` and its last activity
+    to ``now`` (:class:`Reserved`), or ``None`` when there is no such session.
+    ``pk`` is the session's, or with ``of`` the id of a row of that model in the
+    session (a run, a tool call, a turn): the step then finds its session in the
+    same statement. ``read`` names fields of that row the step needs, read once the
+    session is locked. On SQLite, whose writers are serialized from ``BEGIN
+    IMMEDIATE`` on, the same statement reads them, and the step needs no statement
+    before its write. On PostgreSQL, a statement's subqueries read the snapshot it
+    took before it waited for the lock, so a second statement reads them. Call it
+    inside ``transaction.atomic()``."""
     db = connections[DEFAULT_DB_ALIAS]
     param = pk if db.features.has_native_uuid_field else pk.hex
     folded = read if db.vendor == "sqlite" else ()
+    moment = _field(session_model, "last_activity_at").get_db_prep_save(now, db)
     with db.cursor() as cursor:
         cursor.execute(
-            _reserve_sql(session_model, of, folded), [count, param, *[param] * len(folded)]
+            _reserve_sql(session_model, of, folded),
+            [count, moment, param, *[param] * len(folded)],
         )
         found = cursor.fetchone()
     if found is None:

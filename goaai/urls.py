@@ -5,7 +5,7 @@ from django.urls import include, path
 
 from goaai.health import healthz, readyz
 from runs_app.metrics import MetricsView
-from sessions_app.views import webhook_settings
+from sessions_app.views import token_create, token_revoke, user_settings, webhook_settings
 
 admin.site.site_header = "goaai operations"
 admin.site.site_title = "goaai"
@@ -23,6 +23,9 @@ urlpatterns = [
     path("v1/", include("runs_app.openai_api.urls")),
     # Django's login and logout (logout by POST), password change and reset.
     path("accounts/", include("django.contrib.auth.urls")),
+    path("settings/", user_settings, name="user-settings"),
+    path("settings/tokens/", token_create, name="token-create"),
+    path("settings/tokens/<uuid:token_id>/revoke/", token_revoke, name="token-revoke"),
     path("settings/webhooks/", webhook_settings, name="webhook-settings"),
     path("", include("runs_app.urls")),
 ]

@@ -34,10 +34,11 @@ from runs_app import admin_timeline as timeline
 from runs_app import (
     agent_admin,  # noqa: F401  (registers the agents' admin)
     branch_admin,  # noqa: F401  (registers summaries and forks)
+    score_admin,  # noqa: F401  (registers scores: users' feedback)
 )
 from runs_app.access import RUN_RECORD, canceled_by, may_act_on_every_run, may_read_every_record
 from runs_app.export import run_document
-from runs_app.models import ModelPrice, Run, ToolCall, Turn
+from runs_app.models import ModelPrice, Run, Score, ToolCall, Turn
 from runs_app.price_admin import ModelPriceAdmin
 from runs_app.session_admin import SessionAdmin
 from runs_app.timeline.values import format_cost
@@ -209,11 +210,12 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="Steps")
     def steps(self, obj: Run) -> str:
         return format_html(
-            "{} · {} · {} · {}",
+            "{} · {} · {} · {} · {}",
             _changelist_link(Turn, "run__id__exact", obj.pk, "Turns"),
             _changelist_link(ToolCall, "run__id__exact", obj.pk, "Tool calls"),
             _changelist_link(RunEvent, "run__id__exact", obj.pk, "Events"),
             _changelist_link(Run, "parent_run__id__exact", obj.pk, "Child runs"),
+            _changelist_link(Score, "run__id__exact", obj.pk, "Scores"),
         )
 
     def get_urls(self) -> list[Any]:
@@ -262,7 +264,7 @@ class RunAdmin(ReadOnlyAdmin):
         runs = list(queryset.filter(status__in=OPEN_RUN_STATUSES))
         reason = canceled_by(request.user)
         for run in runs:
-            rt.cancel_run(run.pk, reason=reason)
+            rt.cancel_run(run.pk, reason=reason, by=request.user)
         log_actions(request.user, runs, CHANGE, "Canceled (admin action)")
         skipped = queryset.count() - len(runs)
         self.message_user(request, f"Asked {len(runs)} run(s) to stop.", messages.SUCCESS)
@@ -305,7 +307,10 @@ class TurnAdmin(ReadOnlyAdmin):
         "cache_write_tokens",
         "reasoning_tokens",
         "cost_column",
+        "usage_estimated",
+        "interruption",
         "retries",
+        "retry_errors",
         "latency_ms",
         "started_at",
         "ended_at",

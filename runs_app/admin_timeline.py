@@ -259,7 +259,7 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
         messages.warning(request, f"The run had already ended ({run.status}); nothing to cancel.")
         return HttpResponseRedirect(target)
     try:
-        info = rt.cancel_run(run.id, reason=access.canceled_by(request.user))
+        info = rt.cancel_run(run.id, reason=access.canceled_by(request.user), by=request.user)
     except GoaaiError as exc:
         messages.error(request, f"The run could not be canceled: {exc}")
         return HttpResponseRedirect(target)

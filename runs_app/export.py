@@ -44,7 +44,9 @@ def _session_parts(
         else None,
     }
     # With the run each queued one waits for, read with the rows.
-    runs = with_queue(Run.objects.filter(session=session)).order_by("created_at")
+    runs = with_queue(
+        Run.objects.filter(session=session).select_related("cancel_requested_by")
+    ).order_by("created_at")
     summaries = HistorySummary.objects.filter(session=session).order_by("created_at")
     turns = Turn.objects.filter(run__session=session).order_by("run_id", "index")
     calls = ToolCall.objects.filter(session=session).order_by("created_at", "index")

@@ -214,7 +214,9 @@ class Run(models.Model):
     # Time spent waiting for people, which the policy's time budget does not count.
     paused_seconds = models.FloatField(default=0)
     # The worker executing the run holds a lease it keeps renewing; a run whose
-    # lease expired lost its worker and is taken up again by another.
+    # lease expired lost its worker and is taken up again by another. An owner
+    # without an expiry is a worker known lost (its process ended, see
+    # services.run_interrupt); no owner, a run released for the next worker.
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # When the run was last put on the distributed queue (the Celery executor). A
@@ -323,8 +325,12 @@ class Turn(models.Model):
     # In US dollars, by the price in force when the turn was recorded; null when
     # the model has no price.
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
-    # How many times the model was asked again after a retryable error.
+    # How many times the model was asked again after a retryable error, and what
+    # each failed attempt's provider said ({attempt, error_kind, message, at}): the
+    # provider's own words are for operators (the turn's events tell its owner the
+    # kind in plain words).
     retries = models.PositiveIntegerField(default=0)
+    retry_errors = models.JSONField(default=list, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     # A turn that did not finish (stopped, failed or crashed mid-answer) keeps the
     # text streamed so far in ``response_text``; while it streams, that text is

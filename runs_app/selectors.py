@@ -27,7 +27,7 @@ from django.utils import timezone
 from goaai import sql
 from goaai.runtime.context import MAX_HISTORY_RUNS
 from goaai.runtime.errors import NotFound
-from goaai.runtime.types import ToolCallState
+from goaai.runtime.types import StreamedText, ToolCallState
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
 from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 
@@ -67,6 +67,7 @@ _BRANCH_TURN_COLUMNS = (
     "finish_reason",
     "output_tokens",
     "reasoning_tokens",
+    "interruption",
 )
 _BRANCH_CALL_COLUMNS = ("turn_id", *(field.name for field in dataclasses.fields(ToolCallState)))
 
@@ -205,15 +206,20 @@ def not_on_queue(*, now: dt.datetime, lease_seconds: float) -> Q:
 def runs_without_worker(
     *, limit: int = 100, grace_seconds: float = 30.0, lease_seconds: float | None = None
 ) -> list[UUID]:
-    """Top-level runs that no live worker holds and that are not on the queue (see
+    """Runs that no live worker holds and that are not on the queue (see
     :func:`not_on_queue`; ``lease_seconds`` defaults to the run lease): running
-    whose lease expired (or was released after an answer), and pending ones nobody
-    claimed within the grace period (their hand-off to an executor was lost)."""
+    whose lease expired (or was released after an answer, or told interrupted),
+    and pending ones nobody claimed within the grace period (their hand-off to an
+    executor was lost). A run called as a tool counts only while its parent is not
+    running: a running parent takes its child up itself."""
     now = timezone.now()
     stale = now - dt.timedelta(seconds=grace_seconds)
     lease = settings.GOAAI_RUN_LEASE_SECONDS if lease_seconds is None else lease_seconds
     rows = (
-        Run.objects.filter(parent_run__isnull=True)
+        # A run called as a tool by a running parent is taken up by that parent.
+        Run.objects.filter(
+            Q(parent_run__isnull=True) | Q(parent_run__status__in=_NOT_RUNNING_STATUSES)
+        )
         .filter(
             Q(status=RunStatus.RUNNING, lease_expires_at__isnull=True, updated_at__lt=stale)
             | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
@@ -221,11 +227,34 @@ def runs_without_worker(
         )
         .filter(not_on_queue(now=now, lease_seconds=lease))
         # A run waiting for its turn is handed over when the run before it ends.
-        .exclude(Q(status=RunStatus.PENDING) & Q(Exists(_open_ahead())))
+        .exclude(Q(status=RunStatus.PENDING, parent_run__isnull=True) & Q(Exists(_open_ahead())))
         .order_by("created_at")
         .values_list("id", flat=True)[:limit]
     )
     return list(rows)
+
+
+_NOT_RUNNING_STATUSES = [status.value for status in RunStatus if status != RunStatus.RUNNING]
+
+
+def runs_held_on(*, host: str, limit: int = 100) -> list[tuple[UUID, str]]:
+    """Running runs whose lease a worker of ``host`` holds, as (id, lease owner)."""
+    rows = (
+        Run.objects.filter(
+            status=RunStatus.RUNNING,
+            lease_owner__startswith=f"{host}:",
+            # Without an expiry: told interrupted already (services.run_interrupt).
+            lease_expires_at__isnull=False,
+        )
+        .order_by("created_at")
+        .values_list("id", "lease_owner")[:limit]
+    )
+    return list(rows)
+
+
+def tool_call_child(*, tool_call_id: UUID) -> Run | None:
+    """The run an agent called as a tool by this call became (the first)."""
+    return Run.objects.filter(parent_tool_call_id=tool_call_id).order_by("created_at").first()
 
 
 # One run at a time in a session: a top-level run starts only once every top-level
@@ -332,3 +361,21 @@ def run_trace_steps(*, run_id: UUID, with_content: bool = False) -> list[Turn]:
         turns = turns.defer("request_messages", "response_text", "response_tool_calls")
     turns = turns.defer("reasoning", "reasoning_state")
     return list(turns.prefetch_related(Prefetch("tool_calls", queryset=calls)))
+
+
+def turns_streaming(*, session_id: UUID) -> list[StreamedText]:
+    """The session's turns still being answered (open, of runs that have not ended)
+    whose text so far was checkpointed, oldest first, with that text: what a live
+    stream sends a subscriber that joins mid-answer. One query, on the run's
+    session index and the turn's run index."""
+    rows = (
+        Turn.objects.filter(
+            run__session_id=session_id,
+            run__status__in=OPEN_RUN_STATUSES,
+            ended_at__isnull=True,
+        )
+        .exclude(response_text="")
+        .order_by("started_at", "index")
+        .values_list("run_id", "id", "response_text")
+    )
+    return [StreamedText(*row) for row in rows]

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from goaai import sql
 from goaai.runtime import payloads
+from goaai.runtime.endings import INTERRUPTION_REASONS, LEASE_EXPIRED, child_stop, stop_kind
 from goaai.runtime.errors import (
     DuplicateIdempotencyKey,
     IllegalTransition,
@@ -45,7 +46,9 @@ from goaai.runtime.vocabulary import (
     Multitask,
     RunStatus,
     SessionStatus,
+    StopKind,
     ToolCallStatus,
+    TurnInterruption,
     sources_of,
 )
 from runs_app import pricing, selectors, telemetry
@@ -243,7 +246,11 @@ def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask)
     if multitask == Multitask.INTERRUPT:
         reason = f"interrupted by a new message (run {run.id})"
         ahead = [
-            run_id for run_id in ahead if not _cancel_or_flag(batch, run_id, reason).is_terminal
+            run_id
+            for run_id in ahead
+            if not _cancel_or_flag(
+                batch, run_id, reason, kind=StopKind.SUPERSEDED, by=run.created_by_id
+            ).is_terminal
         ]
     if ahead:
         batch.add(
@@ -296,13 +303,23 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
     that still work or wait, tool calls still scheduled or running) and record it."""
     run = _transition(batch, run_id, status, ended_at=batch.now, **changes)
     if status != RunStatus.COMPLETED:
+        reason, kind = child_stop(
+            parent_run=str(run_id), status=status, kind=run.cancel_kind, rule=run.cancel_reason
+        )
         for child_id in Run.objects.filter(
             parent_run_id=run_id, status__in=OPEN_RUN_STATUSES
         ).values_list("id", flat=True):
-            _cancel_or_flag(batch, child_id, f"its parent run {run_id} ended {status}")
+            _cancel_or_flag(batch, child_id, reason, kind=kind, by=run.cancel_requested_by_id)
+    stopped = payloads.told_stop(status, _stopped_by(run))
     still_open = ToolCall.objects.filter(run_id=run_id, status__in=OPEN_TOOL_CALL_STATUSES)
     for row in still_open.values_list(*_CallOf._fields):
-        _tool_call_end(batch, _CallOf(*row), ToolCallStatus.CANCELED, reason=f"the run {status}")
+        _tool_call_end(
+            batch,
+            _CallOf(*row),
+            ToolCallStatus.CANCELED,
+            reason=f"the run {status}",
+            stopped=stopped,
+        )
     batch.add(
         *payloads.run_ended(
             status=status,
@@ -316,12 +333,26 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             error_message=run.error_message,
             retryable=run.error_retryable,
             reason=run.cancel_reason,
+            stopped=stopped,
         ),
         run_id=run_id,
     )
     # Its spans and metrics come from the committed record (runs_app.telemetry).
     transaction.on_commit(partial(telemetry.run_ended, run_id=run_id), robust=True)
     return run
+
+
+def _stopped_by(run: Run) -> dict[str, Any] | None:
+    """Who or what stopped ``run``, as its end event tells it (``None``: not known)."""
+    return payloads.stopped_by(
+        kind=run.cancel_kind, user=_username(run.cancel_requested_by_id), rule=run.cancel_reason
+    )
+
+
+def _policy_stop(rule: str) -> dict[str, Any]:
+    """What a run stopped by a policy rule records: who stopped it, and the rule as
+    its reason (the error says the rest)."""
+    return {"cancel_kind": StopKind.POLICY, "cancel_reason": rule[:200]} if rule else {}
 
 
 def run_complete(*, run_id: UUID, output: str) -> Run:
@@ -331,8 +362,19 @@ def run_complete(*, run_id: UUID, output: str) -> Run:
     return run
 
 
-def run_fail(*, run_id: UUID, kind: str, message: str, retryable: bool = False) -> Run:
-    """The run failed: it records why (kind, message) and whether a retry may help."""
+def run_fail(
+    *,
+    run_id: UUID,
+    kind: str,
+    message: str,
+    retryable: bool = False,
+    rule: str = "",
+    output: str = "",
+) -> Run:
+    """The run failed: it records why (kind, message) and whether a retry may help;
+    ``rule``, the policy rule that stopped it, if one did (a turn or tool-call cap);
+    ``output``, what its model had said when its answer broke off, kept as its output."""
+    kept = {"output": output} if output else {}
     with recording(run_id, of=Run) as batch:
         run = _run_end(
             batch,
@@ -341,12 +383,14 @@ def run_fail(*, run_id: UUID, kind: str, message: str, retryable: bool = False) 
             error_kind=kind,
             error_message=message,
             error_retryable=retryable,
+            **_policy_stop(rule),
+            **kept,
         )
     return run
 
 
-def run_time_out(*, run_id: UUID, message: str) -> Run:
-    """The run spent its time budget."""
+def run_time_out(*, run_id: UUID, message: str, rule: str = "") -> Run:
+    """The run spent its time budget (``rule``: the policy rule that says so)."""
     with recording(run_id, of=Run) as batch:
         run = _run_end(
             batch,
@@ -354,6 +398,7 @@ def run_time_out(*, run_id: UUID, message: str) -> Run:
             RunStatus.TIMED_OUT,
             error_kind=ErrorKind.TIMEOUT,
             error_message=message,
+            **_policy_stop(rule),
         )
     return run
 
@@ -367,27 +412,49 @@ def run_cancel(*, run_id: UUID, reason: str = "", output: str = "") -> Run:
     return run
 
 
-def run_request_cancel(*, run_id: UUID, reason: str = "") -> Run:
-    """Ask a run to stop.
+def run_request_cancel(
+    *, run_id: UUID, reason: str = "", by: int | None = None, kind: str = ""
+) -> Run:
+    """Ask a run to stop; ``by`` is the user who asks, ``kind`` who stops it (see
+    :func:`goaai.runtime.endings.stop_kind`: by default the run's own user or an
+    operator, as ``by`` is its owner or not).
 
     A pending or waiting run has no loop stepping through it, so it is canceled at
     once; a running run is flagged and its loop cancels it at the next step.
     Asking again, or asking a finished run, changes nothing.
     """
     with recording(run_id, of=Run) as batch:
-        run = _cancel_or_flag(batch, run_id, reason)
+        run = _cancel_or_flag(batch, run_id, reason, by=by, kind=kind)
     return run
 
 
-def _cancel_or_flag(batch: EventBatch, run_id: UUID, reason: str) -> Run:
+def _cancel_or_flag(
+    batch: EventBatch, run_id: UUID, reason: str, *, by: int | None = None, kind: str = ""
+) -> Run:
     run = Run.objects.get(pk=run_id)
     if run.is_terminal:
         return run
+    # Who stops it is who asked first.
+    first = run.cancel_requested_at is None
+    kind = (
+        stop_kind(kind=kind, by=by, owner_id=batch.session_owner_id) if first else run.cancel_kind
+    )
+    by = by if first else run.cancel_requested_by_id
     if run.status in (RunStatus.PENDING, RunStatus.AWAITING_INPUT) or not _lease_live(run):
         # No loop is stepping through this run to see a flag: cancel it now.
-        return _run_end(batch, run_id, RunStatus.CANCELED, cancel_reason=reason[:200])
+        return _run_end(
+            batch,
+            run_id,
+            RunStatus.CANCELED,
+            cancel_reason=reason[:200],
+            cancel_kind=kind,
+            cancel_requested_by=by,
+        )
     Run.objects.filter(pk=run_id, cancel_requested_at__isnull=True).update(
-        cancel_requested_at=batch.now, cancel_reason=reason[:200]
+        cancel_requested_at=batch.now,
+        cancel_reason=reason[:200],
+        cancel_kind=kind,
+        cancel_requested_by_id=by,
     )
     return Run.objects.get(pk=run_id)
 
@@ -396,15 +463,16 @@ def _lease_live(run: Run) -> bool:
     return run.lease_expires_at is not None and run.lease_expires_at > timezone.now()
 
 
-def runs_cancel_in_session(*, batch: EventBatch, reason: str) -> int:
-    """Stop every unfinished run of the session ``batch`` holds locked."""
+def runs_cancel_in_session(*, batch: EventBatch, reason: str, by: int | None = None) -> int:
+    """Stop every unfinished run of the session ``batch`` holds locked (``by``: the
+    user who ended the session, if a person did)."""
     open_ids = list(
         Run.objects.filter(session_id=batch.session_id, status__in=OPEN_RUN_STATUSES).values_list(
             "id", flat=True
         )
     )
     for run_id in open_ids:
-        _cancel_or_flag(batch, run_id, reason)
+        _cancel_or_flag(batch, run_id, reason, by=by)
     return len(open_ids)
 
 
@@ -667,6 +735,10 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
         if not taken:
             return None
         if run.lease_owner:
+            # Its worker is lost, and this one takes its place. A lease that ran out
+            # says so now; one without an expiry was told lost already (run_interrupt).
+            if run.lease_expires_at is not None:
+                batch.add(*_interrupted(LEASE_EXPIRED, run.lease_owner), run_id=run_id)
             batch.add(
                 *payloads.run_resumed_by_worker(previous_worker=run.lease_owner, worker=owner),
                 run_id=run_id,
@@ -675,13 +747,42 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     return Claim(run, False, batch.session_owner_id)
 
 
+def _interrupted(cause: str, worker: str) -> payloads.Event:
+    return payloads.run_interrupted(cause=cause, reason=INTERRUPTION_REASONS[cause], worker=worker)
+
+
+def run_interrupt(*, run_id: UUID, owner: str, cause: str) -> Run | None:
+    """The worker holding the run as ``owner`` is lost (``cause``, see
+    :mod:`goaai.runtime.endings`): record ``run.interrupted`` and end its lease, so
+    that it cannot renew it and the next claim takes the run up at once, as a
+    takeover (``run.resumed``; its executor is handed the run by the caller).
+    ``None``, recording nothing, if ``owner`` holds the run no more.
+
+    The lease keeps its owner without an expiry: nothing else leaves a running run
+    so, and that is how a claim knows the loss was told already."""
+    with recording(run_id, of=Run, expect=1) as batch:
+        taken = (
+            Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, lease_owner=owner)
+            .exclude(lease_expires_at__isnull=True)
+            .update(lease_expires_at=None, updated_at=batch.now)
+        )
+        if not taken:
+            return None
+        batch.add(*_interrupted(cause, owner), run_id=run_id)
+    return Run.objects.get(pk=run_id)
+
+
 def run_renew_lease(*, run_id: UUID, owner: str, lease_seconds: float) -> bool:
-    """Extend the lease ``owner`` holds; ``False`` if it holds it no more."""
+    """Extend the lease ``owner`` holds; ``False`` if it holds it no more (another
+    worker took the run, or it was told interrupted: see :func:`run_interrupt`)."""
     expires = timezone.now() + dt.timedelta(seconds=lease_seconds)
     return bool(
-        Run.objects.filter(pk=run_id, lease_owner=owner, status=RunStatus.RUNNING).update(
-            lease_expires_at=expires
-        )
+        Run.objects.filter(
+            pk=run_id,
+            lease_owner=owner,
+            status=RunStatus.RUNNING,
+            lease_expires_at__isnull=False,
+        ).update(lease_expires_at=expires)
     )
 
 
@@ -771,18 +872,6 @@ def turn_start(
     return turn
 
 
-def turn_restart(*, turn_id: UUID) -> None:
-    """A turn whose reply was lost with its worker is asked again."""
-    with recording(turn_id, of=Turn, expect=1, read=_TURN_READ) as batch:
-        turn = _turn(batch)
-        batch.add(
-            *payloads.turn_started(
-                turn=turn_id, index=turn.position, model=turn.model, restarted=True
-            ),
-            run_id=turn.run_id,
-        )
-
-
 class _TurnOf(NamedTuple):
     """What a step on a turn needs to know of it: its run and session, index, model."""
 
@@ -813,10 +902,16 @@ def turn_complete(
     reasoning: str = "",
     reasoning_state: list[dict[str, Any]] | None = None,
     retries: int = 0,
+    interruption: str = "",
+    usage_estimated: bool = False,
 ) -> None:
     """Record the model's reply to a turn, and add its token usage and its cost (at
-    the price in force now, see :mod:`runs_app.pricing`) to the run's."""
-    with recording(turn_id, of=Turn, expect=3 if text else 2, read=_TURN_READ) as batch:
+    the price in force now, see :mod:`runs_app.pricing`) to the run's. A reply cut
+    short (stopped, failed or lost mid-answer) is the text said until then, with
+    ``interruption`` saying how it ended and ``usage_estimated`` whether its usage
+    is (in part) an estimate."""
+    said = payloads.is_message(text, interruption)
+    with recording(turn_id, of=Turn, expect=3 if said else 2, read=_TURN_READ) as batch:
         turn = _turn(batch)
         run_id = turn.run_id
         cost = pricing.turn_cost(turn.model, usage, batch.now)
@@ -838,6 +933,8 @@ def turn_complete(
                 "cost": cost,
                 "retries": retries,
                 "latency_ms": latency_ms,
+                "interruption": interruption,
+                "usage_estimated": usage_estimated,
                 "ended_at": batch.now,
             },
         )
@@ -849,21 +946,47 @@ def turn_complete(
                 tool_calls=len(tool_calls),
                 latency_ms=latency_ms,
                 finish_reason=finish_reason,
+                interruption=interruption,
+                usage_estimated=usage_estimated,
             ),
             run_id=run_id,
         )
-        if text:
+        if said:
             batch.add(*payloads.message_completed(turn=turn_id, text=text), run_id=run_id)
-        batch.add(*payloads.usage(turn=turn_id, used=usage, cost=cost), run_id=run_id)
-    observe_model_latency(model=model or turn.model, latency_ms=latency_ms)
+        batch.add(
+            *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=usage_estimated),
+            run_id=run_id,
+        )
+    if interruption != TurnInterruption.CRASHED:
+        # A turn lost with its worker has no latency that was measured.
+        observe_model_latency(model=model or turn.model, latency_ms=latency_ms)
+
+
+def turn_checkpoint(*, turn_id: UUID, text: str) -> None:
+    """Keep ``text``, what the model has streamed so far, as the reply of a turn
+    still open: one UPDATE, no event (nothing happens to a turn that ended). The
+    loop calls it about once a second while a reply streams."""
+    Turn.objects.filter(pk=turn_id, ended_at__isnull=True).update(response_text=text)
 
 
 def model_retry_record(
     *, turn_id: UUID, attempt: int, error_kind: str, message: str, delay_seconds: float
 ) -> None:
-    """Record that a turn's model call failed, retryably, and is asked again."""
+    """Record that a turn's model call failed, retryably, and is asked again. What
+    the failed attempt checkpointed goes with it: the next attempt streams anew."""
     with recording(turn_id, of=Turn, expect=1, read=_TURN_READ) as batch:
         turn = _turn(batch)
+        failed = {
+            "attempt": attempt,
+            "error_kind": error_kind,
+            "message": message,
+            "at": batch.now.isoformat(),
+        }
+        # The session's row is locked for the step: nothing else writes the turn.
+        earlier = Turn.objects.filter(pk=turn_id).values_list("retry_errors", flat=True).first()
+        Turn.objects.filter(pk=turn_id, ended_at__isnull=True).update(
+            response_text="", retry_errors=[*(earlier or []), failed]
+        )
         batch.add(
             *payloads.model_retry(
                 turn=turn_id,
@@ -1068,6 +1191,7 @@ def _tool_call_end(
     error_kind: str = "",
     error_message: str = "",
     reason: str = "",
+    stopped: dict[str, Any] | None = None,
     only_from: tuple[ToolCallStatus, ...] = tuple(OPEN_TOOL_CALL_STATUSES),
 ) -> None:
     """The one way a tool call ends (succeeded, failed, canceled, denied), from an
@@ -1106,6 +1230,7 @@ def _tool_call_end(
         error_kind=error_kind,
         error_message=error_message,
         reason=reason,
+        stopped=stopped,
     )
     if event is not None:
         batch.add(*event, run_id=call.run_id)

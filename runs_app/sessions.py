@@ -35,7 +35,7 @@ def session_end(
     """
     with recording(session_id) as batch:
         if batch.session_status != SessionStatus.ENDED:
-            canceled = runs_cancel_in_session(batch=batch, reason=reason)
+            canceled = runs_cancel_in_session(batch=batch, reason=reason, by=ended_by)
             session_mark_ended(batch=batch, runs_canceled=canceled, ended_by=ended_by)
     return Session.objects.get(pk=session_id)
 

@@ -28,6 +28,7 @@ from goaai.runtime.types import (
     RunError,
     RunInfo,
     SessionInfo,
+    StreamedText,
     SummaryState,
     ToolCallRequest,
     ToolCallState,
@@ -57,6 +58,7 @@ def _turn_state(turn: Turn) -> TurnState:
         tool_calls=tuple(ToolCallState.of(call) for call in turn.tool_calls.all()),
         finish_reason=turn.finish_reason,
         reasoning_state=tuple(turn.reasoning_state),
+        interruption=turn.interruption,
     )
 
 
@@ -80,6 +82,7 @@ def _earlier_run(earlier: selectors.BranchRun) -> EarlierRun:
                 tool_calls=tuple(ToolCallState(**call) for call in turn["tool_calls"]),
                 finish_reason=turn["finish_reason"],
                 output_tokens=turn["output_tokens"] - turn["reasoning_tokens"],
+                interruption=turn["interruption"],
             )
             for turn in earlier.turns
         ),
@@ -195,8 +198,10 @@ class OrmRunStore:
     def get_run(self, run_id: UUID) -> RunInfo:
         return _info(selectors.run_get(run_id=run_id))
 
-    def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
-        return _info(services.run_request_cancel(run_id=run_id, reason=reason))
+    def request_cancel(
+        self, run_id: UUID, reason: str, *, by: int | None = None, kind: str = ""
+    ) -> RunInfo:
+        return _info(services.run_request_cancel(run_id=run_id, reason=reason, by=by, kind=kind))
 
     def respond(
         self,
@@ -306,6 +311,17 @@ class OrmRunStore:
     def expired_runs(self, *, limit: int = 100) -> list[UUID]:
         return selectors.runs_without_worker(limit=limit)
 
+    def held_runs(self, *, host: str, limit: int = 100) -> list[tuple[UUID, str]]:
+        return selectors.runs_held_on(host=host, limit=limit)
+
+    def interrupt_run(self, run_id: UUID, *, owner: str, cause: str) -> RunInfo | None:
+        run = services.run_interrupt(run_id=run_id, owner=owner, cause=cause)
+        return None if run is None else RunInfo.of(run)
+
+    def tool_call_child(self, tool_call_id: UUID) -> RunInfo | None:
+        run = selectors.tool_call_child(tool_call_id=tool_call_id)
+        return None if run is None else RunInfo.of(run)
+
     def cancel_requested(self, run_id: UUID) -> str | None:
         row = (
             Run.objects.filter(pk=run_id)
@@ -328,7 +344,14 @@ class OrmRunStore:
         return turn.id
 
     def complete_turn(
-        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+        self,
+        *,
+        turn_id: UUID,
+        reply: ModelReply,
+        latency_ms: int,
+        retries: int = 0,
+        interruption: str = "",
+        usage_estimated: bool = False,
     ) -> None:
         services.turn_complete(
             turn_id=turn_id,
@@ -341,7 +364,15 @@ class OrmRunStore:
             reasoning=reply.reasoning,
             reasoning_state=[dict(item) for item in reply.reasoning_state],
             retries=retries,
+            interruption=interruption,
+            usage_estimated=usage_estimated,
         )
+
+    def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
+        services.turn_checkpoint(turn_id=turn_id, text=text)
+
+    def streaming_turns(self, session_id: UUID) -> list[StreamedText]:
+        return selectors.turns_streaming(session_id=session_id)
 
     def model_retry(
         self,
@@ -359,9 +390,6 @@ class OrmRunStore:
             message=message,
             delay_seconds=delay_seconds,
         )
-
-    def restart_turn(self, *, turn_id: UUID) -> None:
-        services.turn_restart(turn_id=turn_id)
 
     def schedule_tool_call(
         self, *, turn_id: UUID, index: int, request: ToolCallRequest, requires_approval: bool
@@ -434,7 +462,13 @@ class OrmRunStore:
         )
 
     def finish_run(
-        self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
+        self,
+        *,
+        run_id: UUID,
+        status: str,
+        output: str = "",
+        error: RunError | None = None,
+        rule: str = "",
     ) -> RunInfo:
         if status == RunStatus.COMPLETED:
             run = services.run_complete(run_id=run_id, output=output)
@@ -442,11 +476,17 @@ class OrmRunStore:
             reason = self.cancel_requested(run_id) or ""
             run = services.run_cancel(run_id=run_id, reason=reason, output=output)
         elif status == RunStatus.TIMED_OUT:
-            run = services.run_time_out(run_id=run_id, message=error.message if error else "")
+            message = error.message if error else ""
+            run = services.run_time_out(run_id=run_id, message=message, rule=rule)
         else:
             error = error or RunError(kind="internal", message="The run failed.")
             run = services.run_fail(
-                run_id=run_id, kind=error.kind, message=error.message, retryable=error.retryable
+                run_id=run_id,
+                kind=error.kind,
+                message=error.message,
+                retryable=error.retryable,
+                rule=rule,
+                output=output,
             )
         return RunInfo.of(run)
 
@@ -491,8 +531,8 @@ class OrmRunStore:
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None:
         services.policy_decision_record(run_id=run_id, rule=rule, verdict=verdict, reason=reason)
 
-    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
-        publish_delta(context.session_id, context.run_id, turn_id, text)
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str, offset: int) -> None:
+        publish_delta(context.session_id, context.run_id, turn_id, text, offset)
 
     def _log_session(self, session_id: UUID | None, run_id: UUID | None) -> UUID | None:
         """Whose log records a memory change: the entry's session, or the session of

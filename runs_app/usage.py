@@ -3,14 +3,15 @@
 
 Every sum is of what was stored as the work happened: by agent, user and day the
 runs' own totals (each run's usage and cost are the sums of its turns'), by model
-the turns' (a run may ask more than one model). Each grouping is two aggregate
-queries at most, whatever the number of runs: the sums, and the turns counted.
+the turns' (a run may ask more than one model). Each grouping is three aggregate
+queries at most, whatever the number of runs: the sums, the turns counted, and the
+users' feedback (thumbs up and down) on the runs counted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +19,9 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
 from goaai.runtime.types import USAGE_KINDS, known_cost
-from runs_app.models import Run, Turn
+from goaai.runtime.vocabulary import ScoreSource
+from runs_app.models import Run, Score, Turn
+from runs_app.scores import FEEDBACK
 
 GROUPINGS = ("agent", "model", "user", "day")
 
@@ -42,6 +45,9 @@ class UsageGroup:
     cost: Decimal
     unpriced_turns: int
     user: int | None = None
+    # The users' thumbs on the group's runs (by model: on runs with a turn of it).
+    feedback_up: int = 0
+    feedback_down: int = 0
 
     @property
     def known_cost(self) -> Decimal | None:
@@ -71,6 +77,7 @@ def usage_groups(*, runs: QuerySet[Run], group_by: str) -> list[UsageGroup]:
     if group_by not in GROUPINGS:
         raise ValueError(f"Usage is not grouped by {group_by!r}.")
     groups = _by_model(runs) if group_by == "model" else _by_runs(runs, group_by)
+    groups = _with_feedback(groups, _feedback_counts(runs, group_by))
     if group_by == "day":
         return sorted(groups, key=lambda g: g.group)
     return sorted(
@@ -156,3 +163,32 @@ def _by_model(runs: QuerySet[Run]) -> list[UsageGroup]:
             )
         )
     return groups
+
+
+def _feedback_counts(runs: QuerySet[Run], group_by: str) -> dict[str, tuple[int, int]]:
+    """The thumbs up and down users gave the runs, by group (the day or agent, the
+    model, or, by user, the owner's id as text)."""
+    scores = Score.objects.filter(
+        run__in=runs.order_by().values("id"), name=FEEDBACK, source=ScoreSource.FEEDBACK
+    ).order_by()
+    key = F("run__turns__model") if group_by == "model" else _key(group_by, "run__")
+    rows = (
+        scores.annotate(_group=key)
+        .values("_group")
+        .annotate(
+            # By model a run's turns repeat its scores: each is counted once.
+            _up=Count("id", distinct=True, filter=Q(value__gte=0.5)),
+            _down=Count("id", distinct=True, filter=Q(value__lt=0.5)),
+        )
+    )
+    return {_group_text(row["_group"]): (row["_up"], row["_down"]) for row in rows}
+
+
+def _with_feedback(
+    groups: list[UsageGroup], counts: dict[str, tuple[int, int]]
+) -> list[UsageGroup]:
+    counted = []
+    for group in groups:
+        up, down = counts.get(group.group if group.user is None else str(group.user), (0, 0))
+        counted.append(replace(group, feedback_up=up, feedback_down=down))
+    return counted

@@ -27,6 +27,7 @@ from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, Multitask, RunStatus
 from memory_app.models import MemoryEntry
 from runs_app import selectors
 from runs_app.models import Run
+from runs_app.scores import feedback_by_run
 from sessions_app.access import may_read_session
 from sessions_app.models import Session
 from sessions_app.services import MAX_TITLE_LENGTH, session_create
@@ -46,8 +47,9 @@ RUN_STATUS_LABELS: dict[str, str] = {
 
 
 def _own_sessions(user: Any, query: str = "") -> QuerySet[Session]:
-    """The user's sessions, newest first, each with its latest run's status (one
-    query however many sessions there are: the status is a correlated subquery
+    """The user's sessions, the most recently active first (the (owner,
+    last_activity_at) index answers the order), each with its latest run's status
+    (one query however many sessions there are: the status is a correlated subquery
     that the (session, created_at) index answers)."""
     latest_run = Run.objects.filter(session=OuterRef("pk"), parent_run__isnull=True).order_by(
         "-created_at"
@@ -58,7 +60,7 @@ def _own_sessions(user: Any, query: str = "") -> QuerySet[Session]:
     )
     if query:
         sessions = sessions.filter(title__icontains=query)
-    return sessions.order_by("-created_at")
+    return sessions.order_by("-last_activity_at", "-created_at")
 
 
 def _visible_session(user: Any, session_id: UUID) -> Session:
@@ -71,14 +73,15 @@ def _visible_session(user: Any, session_id: UUID) -> Session:
 
 
 def _groups(sessions: list[Session]) -> list[tuple[str, list[Session]]]:
-    """Sessions grouped by age, in the viewer's day (the server's time zone)."""
+    """Sessions grouped by when they were last active, in the viewer's day (the
+    time zone activated for the request: sessions_app.timezones)."""
     today = timezone.localdate()
     labels = ("Today", "Yesterday", "Previous 7 days", "Older")
     grouped: dict[str, list[Session]] = {label: [] for label in labels}
     for session in sessions:
         status: str = getattr(session, "latest_run_status", None) or ""
         session.run_status_label = RUN_STATUS_LABELS.get(status, status)  # type: ignore[attr-defined]
-        age = (today - timezone.localdate(session.created_at)).days
+        age = (today - timezone.localdate(session.last_activity_at)).days
         if age <= 0:
             label = labels[0]
         elif age == 1:
@@ -102,8 +105,9 @@ def _page_number(request: HttpRequest) -> int:
 
 @login_required
 def session_list(request: HttpRequest) -> HttpResponse:
-    """The user's sessions, newest first, searchable by title and paged without a
-    COUNT: a page reads one row more than it shows to know whether another follows."""
+    """The user's sessions, the most recently active first, searchable by title and
+    paged without a COUNT: a page reads one row more than it shows to know whether
+    another follows."""
     # NUL cannot be stored or searched for in PostgreSQL text: it is dropped.
     query = request.GET.get("q", "").replace("\x00", "").strip()[:MAX_TITLE_LENGTH]
     page = _page_number(request)
@@ -196,20 +200,25 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
         agent = rt.agents.get(session.agent)
         agent_description = agent.description
         multitask = str(agent.conversation.multitask)
+        suggestions = list(agent.conversation.suggestions)
     except UnknownAgent:
         agent_description = "This agent is no longer configured."
         multitask = Multitask.ENQUEUE.value
+        suggestions = []
     now = timezone.now()
     open_runs = [
         {
             "id": str(run_id),
             "status": status,
+            # Held by a worker that is lost (told interrupted, or its lease ran
+            # out); one released after an answer has no holder and is not.
             "interrupted": status == RunStatus.RUNNING
+            and bool(lease_owner)
             and (lease_expires_at is None or lease_expires_at <= now),
         }
-        for run_id, status, lease_expires_at in Run.objects.filter(
+        for run_id, status, lease_owner, lease_expires_at in Run.objects.filter(
             session=session, status__in=OPEN_RUN_STATUSES
-        ).values_list("id", "status", "lease_expires_at")
+        ).values_list("id", "status", "lease_owner", "lease_expires_at")
     ]
     sidebar = list(_own_sessions(request.user)[:SIDEBAR_SIZE])
     may = _viewer_may(request.user, session)
@@ -237,6 +246,8 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
         },
         "open_runs": open_runs,
         "may": may,
+        # The viewer's thumbs on the session's answers, by run (feedback.js).
+        "feedback": feedback_by_run(session_id=session.pk, user_id=request.user.pk),
     }
     return render(
         request,
@@ -244,6 +255,7 @@ def session_chat(request: HttpRequest, session_id: UUID) -> HttpResponse:
         {
             "session": session,
             "agent_description": agent_description,
+            "suggestions": suggestions,
             "sidebar_groups": _groups(sidebar),
             "chat_data": data,
             "is_owner": session.owner_id == request.user.pk,

@@ -21,6 +21,7 @@ from sessions_app.streams import (
     CLOSE_RESYNC,
     MAX_LIVE_GAP,
     Sequencer,
+    Stitcher,
     Watcher,
     handshake_request,
     origin_allowed,
@@ -28,6 +29,7 @@ from sessions_app.streams import (
     session_visible,
     still_allowed,
     stored_after,
+    streaming_turns,
     subscribe,
 )
 
@@ -176,8 +178,16 @@ class SessionConsumer(_Consumer):
         # to this socket; one that comes both ways is dropped by its sequence number.
         await self.join(session_group(session_id))
         self.sequencer = Sequencer(session_id=session_id, last=after)
+        self.stitcher = Stitcher()
         async for events in stored_after(self.sequencer):
             await self.send_events(events)
+        # The text of the answers being written now, which no stored event holds yet;
+        # events stored meanwhile (those turns' own turn.started among them) first.
+        texts = await streaming_turns(session_id)
+        async for events in stored_after(self.sequencer):
+            await self.send_events(events)
+        for frame in self.stitcher.caught_up(texts):
+            await self.send_frame(frame)
         await self.send_frame({"type": "caught_up", "seq": self.sequencer.last})
 
     async def on_ping(self) -> None:
@@ -187,10 +197,19 @@ class SessionConsumer(_Consumer):
         if hasattr(self, "sequencer"):
             async for events in stored_after(self.sequencer):
                 await self.send_events(events)
+            await self.send_checkpoints()
 
     async def send_events(self, events: list[dict[str, Any]]) -> None:
+        self.stitcher.observe(events)
         for event in events:
             await self.send_frame({"type": "event", "event": event})
+
+    async def send_checkpoints(self) -> None:
+        """Fill a hole in a turn's streamed text from its checkpoint, if one is held."""
+        if self.stitcher.wants_checkpoints():
+            texts = await streaming_turns(self.sequencer.session_id)
+            for frame in self.stitcher.checkpoints(texts):
+                await self.send_frame(frame)
 
     async def session_events(self, message: dict[str, Any]) -> None:
         if not hasattr(self, "sequencer"):
@@ -209,15 +228,10 @@ class SessionConsumer(_Consumer):
         await self.end(CLOSE_NO_SESSION, ("session_deleted", "The session was deleted."))
 
     async def run_delta(self, message: dict[str, Any]) -> None:
-        if hasattr(self, "sequencer"):
-            await self.send_frame(
-                {
-                    "type": "delta",
-                    "run": message["run"],
-                    "turn": message["turn"],
-                    "text": message["text"],
-                }
-            )
+        if hasattr(self, "stitcher"):
+            for frame in self.stitcher.delta(message):
+                await self.send_frame(frame)
+            await self.send_checkpoints()
 
 
 class SessionListConsumer(_Consumer):

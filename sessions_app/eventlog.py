@@ -8,7 +8,8 @@ inside :func:`recording`, which
    the same order and concurrent writers cannot deadlock,
 2. lets the service make its change and add the events that describe it,
 3. numbers those events from the session's counter and inserts them, in the same
-   transaction as the change, and
+   transaction as the change (the statement that locks the session also moves its
+   ``last_activity_at`` to the step's time), and
 4. publishes them to live subscribers with ``transaction.on_commit``: only once
    the outermost transaction has committed (and queues, in the transaction, the
    webhook deliveries of those that are webhook messages).
@@ -58,6 +59,7 @@ class EventBatch:
         session_owner_id: int,
         session_agent: str,
         row: tuple[Any, ...] = (),
+        now: dt.datetime | None = None,
     ) -> None:
         self.session_id = session_id
         # The session's counter as this transaction found it, and what it reserved.
@@ -69,8 +71,9 @@ class EventBatch:
         # What the step read of its row, when it asked (``recording(read=...)``).
         self.row = row
         self.pending: list[tuple[str, dict[str, Any], UUID | None]] = []
-        # The step's time, for the timestamps its rows carry.
-        self.now: dt.datetime = timezone.now()
+        # The step's time, for the timestamps its rows carry (and the session's
+        # last activity, which reserving the numbers moved to it).
+        self.now: dt.datetime = now or timezone.now()
 
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
         self.pending.append((type, data, run_id))
@@ -138,9 +141,10 @@ class recording:
 
     def __enter__(self) -> EventBatch:
         self.atomic.__enter__()
+        now = timezone.now()
         try:
             found = sql.reserve_event_numbers(
-                Session, self.pk, self.expect, of=self.of, read=self.read
+                Session, self.pk, self.expect, now=now, of=self.of, read=self.read
             )
             if found is None:
                 what = (self.of or Session)._meta.verbose_name
@@ -156,6 +160,7 @@ class recording:
             session_owner_id=found.owner_id,
             session_agent=found.agent,
             row=found.row,
+            now=now,
         )
         return self.batch
 

@@ -86,6 +86,12 @@ class _Publisher:
         """Deliver in-memory messages on ``loop``, where the subscribers wait."""
         self._server_loop = loop
 
+    def detach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stop delivering in-memory messages on ``loop`` (its subscribers left and
+        it is about to close), if it is still the one attached."""
+        if self._server_loop is loop:
+            self._server_loop = None
+
     @staticmethod
     def listened(group: str) -> bool:
         """Whether anyone may be subscribed to ``group``. The in-memory layer (the
@@ -277,10 +283,19 @@ def publish_user_change(owner_id: int, event: dict[str, Any]) -> None:
     publish_to(user_group(owner_id), {"type": "user.change", "event": event})
 
 
-def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str) -> None:
-    """Queue a piece of streamed model text for live subscribers; it is never stored."""
+def publish_delta(session_id: UUID, run_id: UUID, turn_id: UUID, text: str, offset: int) -> None:
+    """Queue a piece of streamed model text for live subscribers, with where it
+    begins in the turn's text (``offset``); it is never stored as such (the turn's
+    text so far is checkpointed instead, see ``sessions_app.streams.Stitcher``)."""
     group = session_group(session_id)
     if publisher.listened(group):
         publisher.send(
-            group, {"type": "run.delta", "run": str(run_id), "turn": str(turn_id), "text": text}
+            group,
+            {
+                "type": "run.delta",
+                "run": str(run_id),
+                "turn": str(turn_id),
+                "offset": offset,
+                "text": text,
+            },
         )

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from goaai.runtime.errors import NotFound
 from goaai.runtime.types import USAGE_KINDS
-from sessions_app.models import ApiToken, Session
+from sessions_app.models import ApiToken, Session, UserPreferences
 
 # What a session's runs add up to: each token kind, the total, the cost and the
 # turns without a price (the fields of a run with these names).
@@ -112,3 +112,19 @@ def session_run_totals(session: Session, fields: tuple[str, ...] = RUN_TOTALS) -
             }
         )
     )
+
+
+def user_preferences(user: Any) -> UserPreferences:
+    """What ``user`` chose on their settings page: their saved preferences, or the
+    defaults (unsaved) when they never saved any. Read once per request: the answer
+    is kept on the user object, which a request shares with its middleware, views
+    and templates."""
+    cached: UserPreferences | None = getattr(user, "_goaai_preferences", None)
+    if cached is not None:
+        return cached
+    found = None
+    if getattr(user, "is_authenticated", False):
+        found = UserPreferences.objects.filter(user_id=user.pk).first()
+    preferences = found or UserPreferences(user_id=user.pk)
+    user._goaai_preferences = preferences
+    return preferences

@@ -16,8 +16,9 @@ from goaai.runtime import payloads
 from goaai.runtime.errors import GoaaiError, NotFound
 from goaai.runtime.vocabulary import SessionStatus
 from sessions_app.eventlog import EventBatch, recording
-from sessions_app.models import ApiToken, Session
+from sessions_app.models import ApiToken, Session, UserPreferences
 from sessions_app.publisher import publish_to, publish_user_change, token_group
+from sessions_app.timezones import is_time_zone
 
 MAX_TITLE_LENGTH = 200
 
@@ -206,3 +207,38 @@ def api_token_touch(*, token: ApiToken, now: dt.datetime) -> None:
     if token.last_used_at is None or now - token.last_used_at > dt.timedelta(minutes=1):
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
+
+
+# Preferences
+
+
+class UnknownTimeZone(GoaaiError):
+    """A time zone that is not an IANA name this system knows."""
+
+    code = "unknown_time_zone"
+
+
+def user_preferences_update(
+    *, user_id: int, time_zone: str | None = None, shortcuts_enabled: bool | None = None
+) -> UserPreferences:
+    """Save what a user chose on their settings page (``None``: leave as it is);
+    their first choice creates their preferences. ``time_zone`` is an IANA name, or
+    blank for the browser's own; another raises :class:`UnknownTimeZone`."""
+    if time_zone is not None and time_zone and not is_time_zone(time_zone):
+        raise UnknownTimeZone(
+            f"{time_zone!r} is not a time zone (an IANA name such as Europe/Paris)."
+        )
+    changes: dict[str, Any] = {}
+    if time_zone is not None:
+        changes["time_zone"] = time_zone
+    if shortcuts_enabled is not None:
+        changes["shortcuts_enabled"] = shortcuts_enabled
+    with transaction.atomic():
+        preferences, created = UserPreferences.objects.select_for_update().get_or_create(
+            user_id=user_id, defaults=changes
+        )
+        if not created and changes:
+            for name, value in changes.items():
+                setattr(preferences, name, value)
+            preferences.save(update_fields=[*changes, "updated_at"])
+    return preferences

@@ -8,13 +8,20 @@ their sequence numbers: a duplicate is dropped, and a gap is filled from the
 database (an event published means everything before it is committed, because
 sequence numbers are handed out under the session's row lock). A subscriber whose
 gap is too large to fill is told to reconnect from its last sequence (``resync``).
+
+Token deltas are not stored, so a subscriber that joins mid-answer is sent the text
+of each turn still being answered as the turn loop last checkpointed it (about once
+a second), then the live deltas from there: each delta says where its piece begins
+in the turn's text (``offset``), and a :class:`Stitcher` makes every turn's text
+arrive whole, in order, each character once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -31,6 +38,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.http import is_same_domain
 
+from goaai.runtime import rt
+from goaai.runtime.types import StreamedText
+from goaai.runtime.vocabulary import RUN_END_EVENT_TYPES, EventType
 from sessions_app import eventlog
 from sessions_app.access import can_read_session
 from sessions_app.models import ApiToken
@@ -97,6 +107,147 @@ class Sequencer:
                 break
             sent.extend(ready)
         return sent
+
+
+# Streamed text
+
+# How soon, at the earliest, a subscriber holding text beyond a hole reads the
+# checkpoints again (the loop writes one about every second).
+REREAD_SECONDS = 0.25
+
+
+@database_sync_to_async
+def streaming_turns(session_id: UUID) -> list[StreamedText]:
+    """The text the session's turns still being answered have streamed so far."""
+    return rt.store.streaming_turns(session_id)
+
+
+@dataclass
+class _TurnText:
+    """What one subscriber was sent of one turn's text."""
+
+    run: str
+    sent: int = 0
+    # Pieces that begin beyond ``sent`` (a hole before them), by offset.
+    held: dict[int, str] = field(default_factory=dict)
+
+
+class Stitcher:
+    """One subscriber's streamed text of each turn: whole from its first character,
+    in order, each character once.
+
+    A live delta whose piece lies wholly within what the subscriber has is dropped,
+    one that overlaps it is trimmed, and one that begins beyond it (a hole: pieces
+    published before the subscriber joined, or dropped by the channel layer) is
+    held until the turn's checkpointed text, read again (:meth:`wants_checkpoints`,
+    :meth:`checkpoints`), covers the hole. The loop writes a checkpoint before it
+    publishes the piece that triggered it, so one read after that piece arrived
+    always covers everything before it. A turn's ``message.completed`` (or its
+    run's end) ends its stream: its complete text is in that event. A retried model
+    call (``model.retry``) streams its text anew, from offset 0, as the
+    subscriber's page starts it anew.
+
+    Plain Python: the caller reads the database and sends the frames.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._turns: dict[str, _TurnText] = {}
+        self._ended: set[str] = set()
+        self._read_at = float("-inf")
+
+    def observe(self, events: Iterable[dict[str, Any]]) -> None:
+        """Take note of the events sent to the subscriber, in the order sent."""
+        for event in events:
+            kind, data = event["type"], event.get("data") or {}
+            turn = str(data.get("turn") or "")
+            if kind in (EventType.MESSAGE_COMPLETED, EventType.TURN_COMPLETED):
+                self._end(turn)
+            elif kind == EventType.MODEL_RETRY:
+                self._turns.pop(turn, None)
+            elif kind in RUN_END_EVENT_TYPES:
+                run = str(event.get("run"))
+                for ended in [t for t, state in self._turns.items() if state.run == run]:
+                    self._end(ended)
+
+    def caught_up(self, texts: Iterable[StreamedText]) -> list[dict[str, Any]]:
+        """The delta frames that bring the subscriber up to each open turn's
+        checkpointed text (read after the stored events were sent)."""
+        self._read_at = self._clock()
+        return self._apply(texts, only_held=False)
+
+    def delta(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """The frames a live delta (a ``run.delta`` message) becomes: none, its
+        piece (perhaps trimmed), or its piece and the held ones it joins up with."""
+        turn, text, offset = str(message["turn"]), str(message["text"]), message.get("offset")
+        if turn in self._ended:
+            return []
+        if not isinstance(offset, int):
+            # Sent by a publisher that does not say where pieces begin: passed on.
+            return [_delta_frame(str(message["run"]), turn, None, text)]
+        state = self._turns.setdefault(turn, _TurnText(run=str(message["run"])))
+        if offset > state.sent:
+            if len(text) > len(state.held.get(offset, "")):
+                state.held[offset] = text
+            return []
+        return self._send(turn, state, offset, text) + self._flush(turn, state)
+
+    def wants_checkpoints(self) -> bool:
+        """Whether to read the checkpoints again now: text is held beyond a hole,
+        and they were not read in the last :data:`REREAD_SECONDS`."""
+        holding = any(state.held for state in self._turns.values())
+        return holding and self._clock() - self._read_at >= REREAD_SECONDS
+
+    def checkpoints(self, texts: Iterable[StreamedText]) -> list[dict[str, Any]]:
+        """The frames the checkpoints read again fill holes with, and the held
+        pieces that then follow on."""
+        self._read_at = self._clock()
+        return self._apply(texts, only_held=True)
+
+    def _apply(self, texts: Iterable[StreamedText], *, only_held: bool) -> list[dict[str, Any]]:
+        frames: list[dict[str, Any]] = []
+        for run_id, turn_id, text in texts:
+            turn = str(turn_id)
+            state = self._turns.get(turn)
+            if turn in self._ended or (only_held and (state is None or not state.held)):
+                # A turn the subscriber holds nothing of is left to its live deltas:
+                # its events may not have reached the subscriber yet.
+                continue
+            if state is None:
+                state = self._turns[turn] = _TurnText(run=str(run_id))
+            frames += self._send(turn, state, 0, text) + self._flush(turn, state)
+        return frames
+
+    @staticmethod
+    def _send(turn: str, state: _TurnText, offset: int, text: str) -> list[dict[str, Any]]:
+        """``text`` at ``offset`` (not beyond what was sent), less what was sent."""
+        end = offset + len(text)
+        if end <= state.sent:
+            return []
+        frame = _delta_frame(state.run, turn, state.sent, text[state.sent - offset :])
+        state.sent = end
+        return [frame]
+
+    def _flush(self, turn: str, state: _TurnText) -> list[dict[str, Any]]:
+        """The held pieces that now follow on from what was sent, in order."""
+        frames: list[dict[str, Any]] = []
+        for offset in sorted(state.held):
+            if offset > state.sent:
+                break
+            frames += self._send(turn, state, offset, state.held.pop(offset))
+        return frames
+
+    def _end(self, turn: str) -> None:
+        self._turns.pop(turn, None)
+        self._ended.add(turn)
+
+
+def _delta_frame(run: str, turn: str, offset: int | None, text: str) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "delta", "run": run, "turn": turn}
+    if offset is not None:
+        frame["offset"] = offset
+    frame["text"] = text
+    return frame
 
 
 async def subscribe(layer: Any, group: str, channel: str) -> None:

@@ -26,6 +26,7 @@ CONFLICT_CODES = [
     ("idempotency_key_reused", "idempotency_key_reused"),
     ("version_conflict", "version_conflict"),
     ("run_active", "run_active"),
+    ("run_not_ended", "run_not_ended"),
 ]
 
 

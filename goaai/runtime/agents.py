@@ -261,6 +261,15 @@ ASSISTANT = Agent(
         "Answer briefly."
     ),
     toolsets=("memory", "clock", "calculator", "text", "interaction"),
+    conversation=ConversationSettings(
+        suggestions=(
+            "remember my favourite colour is green",
+            "what is my favourite colour?",
+            "calculate 2 * (3 + 4)",
+            "what time is it in Europe/Rome?",
+            "ask me for my name",
+        )
+    ),
 )
 
 CONCIERGE = Agent(
@@ -276,6 +285,13 @@ CONCIERGE = Agent(
     ),
     toolsets=("clock",),
     delegates=("assistant",),
+    conversation=ConversationSettings(
+        suggestions=(
+            "what time is it in Asia/Tokyo?",
+            "ask the assistant to calculate 12 * 7",
+            "ask the assistant to remember my favourite colour is blue",
+        )
+    ),
 )
 
 

@@ -29,7 +29,7 @@ from goaai.runtime.conversation import (
 )
 from goaai.runtime.models.base import ModelSettings, ToolSpec
 from goaai.runtime.types import EarlierRun, Message, SummaryState, ToolCallRequest, Usage
-from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus, TurnInterruption
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
@@ -74,6 +74,32 @@ def estimated_usage(request: Iterable[Message], text: str, specs: Sequence[ToolS
         input_tokens=messages_tokens(request) + tools_tokens(specs),
         output_tokens=estimate_tokens(text),
     )
+
+
+def partial_usage(
+    reported: Usage | None,
+    request: Sequence[Message],
+    text: str,
+    specs: Sequence[ToolSpec] = (),
+) -> tuple[Usage, bool]:
+    """The usage of a reply that ended before it finished, and whether any of it
+    is estimated: what the provider reported by then where it did (Anthropic counts
+    the prompt when the stream opens; some servers count as they go), the rest
+    estimated as :func:`estimated_usage` does. A provider's output count below what
+    the text said so far shows was reported before that text, and is estimated."""
+    estimate = estimated_usage(request, text, specs)
+    if reported is None:
+        return estimate, True
+    prompt_known = reported.prompt_tokens > 0
+    output_known = reported.output_tokens > 0 and reported.output_tokens >= estimate.output_tokens
+    used = Usage(
+        input_tokens=reported.input_tokens if prompt_known else estimate.input_tokens,
+        output_tokens=reported.output_tokens if output_known else estimate.output_tokens,
+        cached_input_tokens=reported.cached_input_tokens if prompt_known else 0,
+        cache_write_tokens=reported.cache_write_tokens if prompt_known else 0,
+        reasoning_tokens=reported.reasoning_tokens if output_known else 0,
+    )
+    return used, not (prompt_known and output_known)
 
 
 def tools_tokens(specs: Sequence[ToolSpec]) -> int:
@@ -182,10 +208,14 @@ def _rendered(run: EarlierRun, result_chars: int) -> list[tuple[Message, int]]:
     answered = False
     for turn in run.turns:
         calls = turn.response_tool_calls
-        if not turn.ended or (
-            turn.finish_reason == FinishReason.LENGTH and (calls or not turn.response_text)
+        if (
+            not turn.ended
+            or turn.interruption == TurnInterruption.CRASHED
+            or (turn.finish_reason == FinishReason.LENGTH and (calls or not turn.response_text))
         ):
-            continue  # never answered, or cut off before it was usable (asked again)
+            # Never answered, lost with its worker, or cut off before it was usable:
+            # each was asked again.
+            continue
         if not calls:
             if turn.response_text:
                 out.append(

@@ -1,6 +1,7 @@
 """How an agent holds a long conversation: its context budget, how much of a tool's
 result the model reads at once, how much memory it is shown, how many tool calls it
-runs at the same time, and what happens to a message sent while a run is active.
+runs at the same time, what happens to a message sent while a run is active, and
+the messages an empty chat suggests to start it.
 
 Part of an agent's definition (``Agent.conversation``), so a run records the
 settings it ran with, as it records the rest of its agent.
@@ -17,6 +18,10 @@ from goaai.runtime.vocabulary import Multitask
 
 # When neither the agent nor its model says how large the context is.
 DEFAULT_CONTEXT_TOKENS = 32_000
+
+# The conversation starters an agent may suggest, and how long each may be.
+MAX_SUGGESTIONS = 8
+MAX_SUGGESTION_LENGTH = 200
 
 # What the agent's model is asked when earlier runs no longer fit the context
 # (goaai.runtime.context), with the most words the summary may take.
@@ -39,16 +44,25 @@ class ConversationSettings:
     read with ``read_tool_result``). ``memory_tokens`` bounds the remembered facts put
     in the prompt. ``parallel_tool_calls`` is how many of the calls a model asks for
     together run at once. ``multitask`` is what a message sent while a run is active
-    does: ``enqueue``, ``reject`` or ``interrupt``."""
+    does: ``enqueue``, ``reject`` or ``interrupt``. ``suggestions`` are messages the
+    chat offers, as buttons, to start an empty conversation with this agent."""
 
     context_tokens: int | None = None
     tool_result_chars: int = 8_000
     memory_tokens: int = 1_000
     parallel_tool_calls: int = 4
     multitask: str = Multitask.ENQUEUE
+    suggestions: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        # Only when there are some: the definitions (and fingerprints) of agents
+        # without stay what they were.
+        if self.suggestions:
+            data["suggestions"] = list(self.suggestions)
+        else:
+            del data["suggestions"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConversationSettings:
@@ -80,7 +94,25 @@ class ConversationSettings:
         }
         if "multitask" in values:
             values["multitask"] = Multitask(values["multitask"])
+        if "suggestions" in values:
+            values["suggestions"] = _suggestions(values["suggestions"])
         return cls(**values)
+
+
+def _suggestions(value: Any) -> tuple[str, ...]:
+    """Conversation starters: a list of at most :data:`MAX_SUGGESTIONS` messages,
+    none blank, none longer than :data:`MAX_SUGGESTION_LENGTH` (repeats dropped)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("conversation.suggestions: must be a list of messages.")
+    kept = tuple(dict.fromkeys(v.strip() for v in value))
+    if len(kept) > MAX_SUGGESTIONS:
+        raise ConfigError(f"conversation.suggestions: at most {MAX_SUGGESTIONS} messages.")
+    if any(not v or len(v) > MAX_SUGGESTION_LENGTH or "\x00" in v for v in kept):
+        raise ConfigError(
+            "conversation.suggestions: each message is 1 to "
+            f"{MAX_SUGGESTION_LENGTH} characters of text."
+        )
+    return kept
 
 
 def _whole(value: Any, least: int, most: int) -> bool:

@@ -21,7 +21,8 @@ from uuid import UUID
 
 from goaai.runtime.agents import Agent, AgentRegistry, AgentSource, default_registry
 from goaai.runtime.config import RuntimeConfig
-from goaai.runtime.errors import NotRedoable
+from goaai.runtime.endings import PROCESS_ENDED
+from goaai.runtime.errors import NotFound, NotRedoable
 from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
 from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.limits import LocalLimits, ModelLimits
@@ -31,9 +32,12 @@ from goaai.runtime.policy import Decision, Policy, apply_label_rules
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import Branch, MemoryRecord, RunInfo, SessionInfo
 from goaai.runtime.vocabulary import REDOABLE_STATUSES, MemoryScope, Multitask, Redo, RunStatus
+from goaai.runtime.workers import process_gone, this_host
 
 logger = logging.getLogger(__name__)
 
+# How many of the runs held by this host's workers one round of the reaper checks.
+HELD_RUNS_CHECKED = 1000
 # A run is "done" for a waiting caller when it ended or when it waits for a person.
 _SETTLED = {RunStatus.AWAITING_INPUT.value} | {s.value for s in RunStatus if s.is_terminal}
 
@@ -264,13 +268,41 @@ class Runtime:
         """Hand every run that no live worker holds to the executor again (a run
         whose worker died, or whose hand-off was lost). Returns how many.
 
+        First the runs held by a process of this host that has ended (a server or
+        worker that crashed, and this one started after it) are told interrupted
+        and taken up at once, without waiting for their leases to expire.
+
         A unit of work like a run: a connection the database dropped since the
         last round is replaced, not failed on for the life of the process."""
         with self.store.worker():
-            run_ids = self.store.expired_runs()
+            taken_up = self._interrupt_ended_workers()
+            run_ids = list(dict.fromkeys([*taken_up, *self.store.expired_runs()]))
             for run_id in run_ids:
                 self.executor.submit(run_id)
             return len(run_ids)
+
+    def _interrupt_ended_workers(self) -> list[UUID]:
+        """Record as interrupted every run whose worker was a process of this host
+        that has ended; the ones to hand to the executor now (a run called as a
+        tool by a parent that is running is continued by that parent instead)."""
+        taken_up = []
+        # Every run this host's workers hold (each thread of each process holds one).
+        for run_id, owner in self.store.held_runs(host=this_host(), limit=HELD_RUNS_CHECKED):
+            if not process_gone(owner):
+                continue
+            run = self.store.interrupt_run(run_id, owner=owner, cause=PROCESS_ENDED)
+            if run is None:
+                continue
+            logger.warning("Run %s lost its worker %s (its process ended)", run_id, owner)
+            if run.parent_run_id is None or not self._parent_running(run.parent_run_id):
+                taken_up.append(run.id)
+        return taken_up
+
+    def _parent_running(self, parent_id: UUID) -> bool:
+        try:
+            return self.store.get_run(parent_id).status == RunStatus.RUNNING
+        except NotFound:
+            return False
 
     def start_background(self) -> None:
         """Start this process's reaper thread, once (servers and workers call this)."""
@@ -510,11 +542,20 @@ class Runtime:
     def get_run(self, run_id: Any) -> RunInfo:
         return self.store.get_run(_uuid(run_id))
 
-    def cancel_run(self, run_id: Any, reason: str = "") -> RunInfo:
+    def cancel_run(
+        self, run_id: Any, reason: str = "", *, by: Any = None, kind: str = ""
+    ) -> RunInfo:
         """Ask a run to stop. A pending or waiting run is canceled at once; a running
         one stops at its next step. A message queued behind it starts once it has
-        ended."""
-        run = self.store.request_cancel(_uuid(run_id), reason)
+        ended.
+
+        ``by`` is the user who asks: the run records it, and that it was stopped by
+        its own user or by an operator (someone else); ``kind`` says otherwise
+        when the stop is no one's choice of that sort (a
+        :class:`~goaai.runtime.vocabulary.StopKind` value)."""
+        run = self.store.request_cancel(
+            _uuid(run_id), reason, by=int(_id(by)) if by is not None else None, kind=kind
+        )
         if run.parent_run_id is None and RunStatus(run.status).is_terminal:
             self._hand_over(run.session_id)
         return run

@@ -28,6 +28,7 @@ from uuid import UUID
 from goaai.runtime import payloads
 from goaai.runtime.context import MAX_HISTORY_RUNS
 from goaai.runtime.embeddings import Embedder, EmbeddingError, cosine
+from goaai.runtime.endings import INTERRUPTION_REASONS, LEASE_EXPIRED, child_stop, stop_kind
 from goaai.runtime.errors import (
     DuplicateIdempotencyKey,
     IllegalTransition,
@@ -61,6 +62,7 @@ from goaai.runtime.types import (
     RunError,
     RunInfo,
     SessionInfo,
+    StreamedText,
     SummaryState,
     ToolCallRequest,
     ToolCallState,
@@ -79,6 +81,7 @@ from goaai.runtime.vocabulary import (
     Multitask,
     RunStatus,
     SessionStatus,
+    StopKind,
     ToolCallStatus,
     sources_of,
 )
@@ -100,6 +103,8 @@ class Delta(NamedTuple):
     run_id: UUID
     turn_id: UUID
     text: str
+    # Where the piece begins in the text the turn has streamed.
+    offset: int = 0
 
 
 def _utc_now() -> dt.datetime:
@@ -175,6 +180,9 @@ class _Run:
     error_retryable: bool = False
     cancel_requested_at: dt.datetime | None = None
     cancel_reason: str = ""
+    # Who stopped it (a StopKind value) and the user who asked, if one did.
+    cancel_kind: str = ""
+    cancel_requested_by_id: int | None = None
     awaiting: dict[str, Any] | None = None
     awaiting_since: dt.datetime | None = None
     paused_seconds: float = 0.0
@@ -211,6 +219,8 @@ class _Turn:
     cost: Decimal | None = None
     retries: int = 0
     latency_ms: int | None = None
+    interruption: str = ""
+    usage_estimated: bool = False
     ended_at: dt.datetime | None = None
     # Its tool calls, by index.
     tool_calls: dict[int, UUID] = field(default_factory=dict)
@@ -330,9 +340,12 @@ def _lease_live(run: _Run, now: dt.datetime) -> bool:
     return run.lease_expires_at is not None and run.lease_expires_at > now
 
 
-def _without_worker(run: _Run, now: dt.datetime, stale: dt.datetime) -> bool:
-    """Whether no live worker holds a top-level run that should be executing."""
-    if run.parent_run_id is not None:
+def _without_worker(
+    run: _Run, now: dt.datetime, stale: dt.datetime, parent: _Run | None = None
+) -> bool:
+    """Whether no live worker holds a run that should be executing (one called as a
+    tool counts only while ``parent`` does not run: a running parent takes it up)."""
+    if parent is not None and parent.status == RunStatus.RUNNING:
         return False
     if run.status == RunStatus.PENDING:
         # One waiting for its turn is handed over when the run before it ends.
@@ -342,6 +355,10 @@ def _without_worker(run: _Run, now: dt.datetime, stale: dt.datetime) -> bool:
     if run.lease_expires_at is None:
         return run.updated_at < stale
     return run.lease_expires_at < now
+
+
+def _interrupted(cause: str, worker: str) -> payloads.Event:
+    return payloads.run_interrupted(cause=cause, reason=INTERRUPTION_REASONS[cause], worker=worker)
 
 
 def _waits_for(parent: _Run, child: _Run) -> bool:
@@ -472,7 +489,7 @@ class InMemoryRunStore:
             session.status, session.ended_at = SessionStatus.ENDED, now
             open_runs = [run for run in self._runs_of(session) if run.status in OPEN_RUN_STATUSES]
             for run in open_runs:
-                self._cancel_or_flag(run, "session_ended", now)
+                self._cancel_or_flag(run, "session_ended", now, by=ended_by)
             self._log(
                 session,
                 payloads.session_ended(
@@ -558,12 +575,15 @@ class InMemoryRunStore:
         with self._lock:
             return RunInfo.of(self._run(run_id), _json)
 
-    def request_cancel(self, run_id: UUID, reason: str) -> RunInfo:
+    def request_cancel(
+        self, run_id: UUID, reason: str, *, by: int | None = None, kind: str = ""
+    ) -> RunInfo:
         """Ask a run to stop: a run no loop steps through is canceled at once, a
-        running one is flagged for its loop. A finished run stays as it is."""
+        running one is flagged for its loop; ``by`` and ``kind`` say who stops it
+        (see :func:`~goaai.runtime.endings.stop_kind`). A finished run stays as it is."""
         with self._lock:
             run = self._run(run_id)
-            self._cancel_or_flag(run, reason, self._clock())
+            self._cancel_or_flag(run, reason, self._clock(), by=by, kind=kind)
             return RunInfo.of(run, _json)
 
     def respond(
@@ -669,9 +689,13 @@ class InMemoryRunStore:
                 return self._context(run, owner, fresh=True, now=now)
             if run.status != RunStatus.RUNNING or _lease_live(run, now):
                 return None
-            previous = run.lease_owner
+            previous, told = run.lease_owner, run.lease_expires_at
             run.lease_owner, run.lease_expires_at = owner, expires
             if previous:
+                # Its worker is lost, and this one takes its place. A lease that ran
+                # out says so now; one without an expiry was told lost already.
+                if told is not None:
+                    self._log_run(run, _interrupted(LEASE_EXPIRED, previous), now)
                 self._log_run(
                     run, payloads.run_resumed_by_worker(previous_worker=previous, worker=owner), now
                 )
@@ -687,7 +711,12 @@ class InMemoryRunStore:
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
         with self._lock:
             run = self._runs.get(run_id)
-            if run is None or run.lease_owner != owner or run.status != RunStatus.RUNNING:
+            if (
+                run is None
+                or run.lease_owner != owner
+                or run.status != RunStatus.RUNNING
+                or run.lease_expires_at is None
+            ):
                 return False
             run.lease_expires_at = self._clock() + dt.timedelta(seconds=lease_seconds)
             return True
@@ -696,9 +725,55 @@ class InMemoryRunStore:
         with self._lock:
             now = self._clock()
             stale = now - dt.timedelta(seconds=HAND_OFF_GRACE_SECONDS)
-            lost = [run for run in self._runs.values() if _without_worker(run, now, stale)]
+            lost = [
+                run
+                for run in self._runs.values()
+                if _without_worker(run, now, stale, self._parent(run))
+            ]
             lost.sort(key=lambda run: run.created_at)
             return [run.id for run in lost[:limit]]
+
+    def held_runs(self, *, host: str, limit: int = 100) -> list[tuple[UUID, str]]:
+        with self._lock:
+            held = sorted(
+                (
+                    run
+                    for run in self._runs.values()
+                    if run.status == RunStatus.RUNNING
+                    and run.lease_owner.startswith(f"{host}:")
+                    and run.lease_expires_at is not None
+                ),
+                key=lambda run: run.created_at,
+            )
+            return [(run.id, run.lease_owner) for run in held[:limit]]
+
+    def interrupt_run(self, run_id: UUID, *, owner: str, cause: str) -> RunInfo | None:
+        """Record that the worker holding the run as ``owner`` is lost and take its
+        lease from it; ``None``, recording nothing, if ``owner`` holds it no more."""
+        with self._lock:
+            run = self._run(run_id)
+            if (
+                run.status != RunStatus.RUNNING
+                or run.lease_owner != owner
+                or run.lease_expires_at is None
+            ):
+                return None
+            now = self._clock()
+            # The lease keeps its owner without an expiry: told lost (see the ORM
+            # store's services.run_interrupt).
+            run.lease_expires_at, run.updated_at = None, now
+            self._log_run(run, _interrupted(cause, owner), now)
+            return RunInfo.of(run, _json)
+
+    def tool_call_child(self, tool_call_id: UUID) -> RunInfo | None:
+        with self._lock:
+            call = self._call(tool_call_id)
+            children = [
+                child
+                for child in self._children(self._runs[call.run_id])
+                if child.parent_tool_call_id == tool_call_id
+            ]
+            return RunInfo.of(children[0], _json) if children else None
 
     def cancel_requested(self, run_id: UUID) -> str | None:
         with self._lock:
@@ -728,20 +803,15 @@ class InMemoryRunStore:
             self._log_run(run, payloads.turn_started(turn=turn.id, index=index, model=model), now)
             return turn.id
 
-    def restart_turn(self, *, turn_id: UUID) -> None:
-        """Record that a turn whose reply was lost with its worker is asked again."""
-        with self._lock:
-            turn = self._turn(turn_id)
-            self._log_run(
-                self._runs[turn.run_id],
-                payloads.turn_started(
-                    turn=turn.id, index=turn.index, model=turn.model, restarted=True
-                ),
-                self._clock(),
-            )
-
     def complete_turn(
-        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+        self,
+        *,
+        turn_id: UUID,
+        reply: ModelReply,
+        latency_ms: int,
+        retries: int = 0,
+        interruption: str = "",
+        usage_estimated: bool = False,
     ) -> None:
         with self._lock:
             turn = self._turn(turn_id)
@@ -759,6 +829,7 @@ class InMemoryRunStore:
                 setattr(turn, kind, getattr(used, kind))
             _charge(run, used, cost)
             turn.cost, turn.retries = cost, retries
+            turn.interruption, turn.usage_estimated = interruption, usage_estimated
             turn.latency_ms, turn.ended_at = latency_ms, now
             self._log_run(
                 run,
@@ -768,12 +839,37 @@ class InMemoryRunStore:
                     tool_calls=len(reply.tool_calls),
                     latency_ms=latency_ms,
                     finish_reason=reply.finish_reason,
+                    interruption=interruption,
+                    usage_estimated=usage_estimated,
                 ),
                 now,
             )
-            if reply.text:
+            if payloads.is_message(reply.text, interruption):
                 self._log_run(run, payloads.message_completed(turn=turn.id, text=reply.text), now)
-            self._log_run(run, payloads.usage(turn=turn.id, used=used, cost=cost), now)
+            self._log_run(
+                run,
+                payloads.usage(turn=turn.id, used=used, cost=cost, estimated=usage_estimated),
+                now,
+            )
+
+    def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
+        with self._lock:
+            turn = self._turns.get(turn_id)
+            if turn is not None and turn.ended_at is None:
+                turn.response_text = text
+
+    def streaming_turns(self, session_id: UUID) -> list[StreamedText]:
+        with self._lock:
+            found = []
+            for run_id in self._session(session_id).run_ids:
+                run = self._runs[run_id]
+                if run.status not in OPEN_RUN_STATUSES:
+                    continue
+                for _, turn_id in sorted(run.turns.items()):
+                    turn = self._turns[turn_id]
+                    if turn.ended_at is None and turn.response_text:
+                        found.append(StreamedText(run.id, turn.id, turn.response_text))
+            return found
 
     def _cost(self, model: str, used: Usage, at: dt.datetime) -> Decimal | None:
         """The cost of a turn by this store's price list (the latest price of the
@@ -796,6 +892,8 @@ class InMemoryRunStore:
     ) -> None:
         with self._lock:
             turn = self._turn(turn_id)
+            if turn.ended_at is None:
+                turn.response_text = ""
             self._log_run(
                 self._runs[turn.run_id],
                 payloads.model_retry(
@@ -938,11 +1036,19 @@ class InMemoryRunStore:
             )
 
     def finish_run(
-        self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
+        self,
+        *,
+        run_id: UUID,
+        status: str,
+        output: str = "",
+        error: RunError | None = None,
+        rule: str = "",
     ) -> RunInfo:
         with self._lock:
             run = self._run(run_id)
             now = self._clock()
+            # A policy rule that ended the run stopped it; the rule is its reason.
+            stop = {"cancel_kind": StopKind.POLICY.value, "cancel_reason": rule} if rule else {}
             if status == RunStatus.COMPLETED:
                 self._run_end(run, RunStatus.COMPLETED, now, output=output)
             elif status == RunStatus.CANCELED:
@@ -955,6 +1061,7 @@ class InMemoryRunStore:
                     now,
                     error_kind=ErrorKind.TIMEOUT,
                     error_message=message,
+                    **stop,
                 )
             else:
                 failure = error or RunError(kind="internal", message="The run failed.")
@@ -965,6 +1072,8 @@ class InMemoryRunStore:
                     error_kind=failure.kind,
                     error_message=failure.message,
                     error_retryable=failure.retryable,
+                    **stop,
+                    **({"output": output} if output else {}),
                 )
             return RunInfo.of(run, _json)
 
@@ -1058,10 +1167,10 @@ class InMemoryRunStore:
                 error_message=call.error_message,
             )
 
-    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str, offset: int) -> None:
         """Stream a piece of model text to live subscribers (never stored)."""
         with self._lock:
-            self.deltas.append(Delta(context.session_id, context.run_id, turn_id, text))
+            self.deltas.append(Delta(context.session_id, context.run_id, turn_id, text, offset))
 
     # Memory
 
@@ -1221,6 +1330,9 @@ class InMemoryRunStore:
     def _runs_of(self, session: _Session) -> list[_Run]:
         return [self._runs[run_id] for run_id in session.run_ids]
 
+    def _parent(self, run: _Run) -> _Run | None:
+        return self._runs.get(run.parent_run_id) if run.parent_run_id is not None else None
+
     def _children(self, run: _Run) -> list[_Run]:
         return [
             r for r in self._runs_of(self._sessions[run.session_id]) if r.parent_run_id == run.id
@@ -1321,12 +1433,24 @@ class InMemoryRunStore:
         for name, value in changes.items():
             setattr(run, name, value)
         if status != RunStatus.COMPLETED:
+            reason, kind = child_stop(
+                parent_run=str(run.id), status=status, kind=run.cancel_kind, rule=run.cancel_reason
+            )
             for child in self._children(run):
                 if child.status in OPEN_RUN_STATUSES:
-                    self._cancel_or_flag(child, f"its parent run {run.id} ended {status}", now)
+                    self._cancel_or_flag(
+                        child, reason, now, by=run.cancel_requested_by_id, kind=kind
+                    )
+        stopped = payloads.told_stop(status, self._stopped_by(run))
         for call in self._calls_of(run):
             if call.status in OPEN_TOOL_CALL_STATUSES:
-                self._end_call(call, ToolCallStatus.CANCELED, now, reason=f"the run {status}")
+                self._end_call(
+                    call,
+                    ToolCallStatus.CANCELED,
+                    now,
+                    reason=f"the run {status}",
+                    stopped=stopped,
+                )
         event = payloads.run_ended(
             status=status,
             output=run.output,
@@ -1337,11 +1461,18 @@ class InMemoryRunStore:
             error_message=run.error_message,
             retryable=run.error_retryable,
             reason=run.cancel_reason,
+            stopped=stopped,
         )
         self._log_run(run, event, now)
         if run.parent_run_id is None:
             run.queued_behind_id = None
             self._requeue(self._sessions[run.session_id])
+
+    def _stopped_by(self, run: _Run) -> dict[str, Any] | None:
+        """Who or what stopped ``run``, as its end event tells it."""
+        by = run.cancel_requested_by_id
+        name = self._users.get(by) if self._users is not None and by is not None else None
+        return payloads.stopped_by(kind=run.cancel_kind, user=name, rule=run.cancel_reason)
 
     def _cancel(self, run: _Run, reason: str, now: dt.datetime, *, output: str = "") -> None:
         """End a run canceled; ``output`` is what it had said when it was stopped."""
@@ -1381,7 +1512,13 @@ class InMemoryRunStore:
         run.multitask = multitask
         if multitask == Multitask.INTERRUPT:
             for earlier in ahead:
-                self._cancel_or_flag(earlier, f"interrupted by a new message (run {run.id})", now)
+                self._cancel_or_flag(
+                    earlier,
+                    f"interrupted by a new message (run {run.id})",
+                    now,
+                    by=run.created_by_id,
+                    kind=StopKind.SUPERSEDED,
+                )
             ahead = [earlier for earlier in ahead if earlier.status in OPEN_RUN_STATUSES]
         if not ahead:
             return
@@ -1401,14 +1538,22 @@ class InMemoryRunStore:
                 run.queued_behind_id = previous.id if previous is not None else None
             previous = run
 
-    def _cancel_or_flag(self, run: _Run, reason: str, now: dt.datetime) -> None:
+    def _cancel_or_flag(
+        self, run: _Run, reason: str, now: dt.datetime, *, by: int | None = None, kind: str = ""
+    ) -> None:
         """Cancel a run that no loop steps through; flag one a live worker executes,
-        for its loop to cancel at its next step. A finished run stays as it is."""
+        for its loop to cancel at its next step; either way, record who stops it. A
+        finished run, or one asked to stop already, stays as it is."""
         if run.status.is_terminal:
             return
+        flagged = run.cancel_requested_at is not None
+        if not flagged:
+            owner_id = self._sessions[run.session_id].owner_id
+            run.cancel_kind = stop_kind(kind=kind, by=by, owner_id=owner_id)
+            run.cancel_requested_by_id = by
         if run.status != RunStatus.RUNNING or not _lease_live(run, now):
             self._cancel(run, reason, now)
-        elif run.cancel_requested_at is None:
+        elif not flagged:
             run.cancel_requested_at = now
             run.cancel_reason = reason[:MAX_CANCEL_REASON_LENGTH]
 
@@ -1565,6 +1710,7 @@ class InMemoryRunStore:
         error_kind: str = "",
         error_message: str = "",
         reason: str = "",
+        stopped: dict[str, Any] | None = None,
         only_from: frozenset[ToolCallStatus] = OPEN_TOOL_CALL_STATUSES,
     ) -> None:
         """The one way a tool call ends (succeeded, failed, canceled, denied), from an
@@ -1592,6 +1738,7 @@ class InMemoryRunStore:
             error_kind=error_kind,
             error_message=error_message,
             reason=reason,
+            stopped=stopped,
         )
         if event is not None:
             self._log_run(self._runs[call.run_id], event, now)
@@ -1706,6 +1853,7 @@ class InMemoryRunStore:
                     finish_reason=turn.finish_reason,
                     reasoning_state=tuple(_json(turn.reasoning_state)),
                     output_tokens=turn.output_tokens - turn.reasoning_tokens,
+                    interruption=turn.interruption,
                 )
             )
         return tuple(states)

@@ -6,7 +6,7 @@ state that is not also in the store: when it starts, it rebuilds the conversatio
 from what the run recorded, so the same code starts a new run, continues one after
 a person answered, and takes over one whose worker died.
 
-Picking a run up again follows four rules:
+Picking a run up again follows these rules:
 
 - a tool call that finished (succeeded, failed, denied) is never executed again;
   its recorded result is what the model sees;
@@ -14,17 +14,18 @@ Picking a run up again follows four rules:
   is idempotent; otherwise it is marked failed (``internal``) and the model is told;
 - a tool call left ``scheduled`` (queued behind calls of the same reply that ran
   at the same time, or approved and not yet begun) is executed then;
-- a turn whose reply was lost is asked again with the messages it recorded.
+- a turn whose reply was lost (its worker died while the model answered) is
+  closed as crashed, keeping the text it had checkpointed and an estimate of its
+  usage, and the model is asked again in a new turn with the same messages;
+- an agent called as a tool whose call was left ``running`` goes on as the same
+  child run (its own records replayed by these rules), never as a second one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,7 @@ from goaai.runtime.errors import (
 from goaai.runtime.limits import LocalLimits, ModelLimits
 from goaai.runtime.memory_ranking import fact_line
 from goaai.runtime.models import ModelClient, ModelRequest, ToolSpec
+from goaai.runtime.models.base import usage_so_far
 from goaai.runtime.policy import LabelRule, Policy, apply_label_rules
 from goaai.runtime.questions import Question
 from goaai.runtime.retry import model_retrying
@@ -67,11 +69,14 @@ from goaai.runtime.vocabulary import (
     FinishReason,
     RunStatus,
     ToolCallStatus,
+    TurnInterruption,
 )
+from goaai.runtime.workers import worker_name
 
 logger = logging.getLogger(__name__)
 
-DeltaPublisher = Callable[[RunContext, UUID, str], None]
+# (the run, its turn, a piece of the turn's text, where it begins in that text).
+DeltaPublisher = Callable[[RunContext, UUID, str, int], None]
 ChildRunner = Callable[[UUID], RunInfo | None]
 
 _FINAL_CALL_STATUSES = {
@@ -80,13 +85,12 @@ _FINAL_CALL_STATUSES = {
     ToolCallStatus.DENIED,
     ToolCallStatus.CANCELED,
 }
+# Turns that ended before their model finished and are asked again when a run is
+# picked up: lost with their worker, or broken off by an error whose failure of the
+# run was not recorded before the worker died.
+_ASKED_AGAIN = frozenset({TurnInterruption.CRASHED, TurnInterruption.FAILED})
 # Agents calling agents calling agents...: a bound on how deep that may go.
 MAX_DELEGATION_DEPTH = 3
-
-
-def worker_name() -> str:
-    """A name for the lease holder that says which process and thread it is."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
 
 
 class _Stop(Exception):
@@ -128,6 +132,32 @@ class _Interrupted(Exception):
 
 # While a model streams its answer, how often the loop looks for a cancel request.
 CANCEL_CHECK_SECONDS = 0.5
+# And how often it keeps the text said so far (what a crash may lose at most, and
+# what a subscriber joining mid-answer first reads).
+CHECKPOINT_SECONDS = 1.0
+
+
+class _Streamed:
+    """The text the current attempt of a model call has streamed so far."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self.length = 0
+
+    def add(self, text: str) -> int:
+        """Take the next piece; returns where it begins in the text."""
+        offset = self.length
+        self._parts.append(text)
+        self.length += len(text)
+        return offset
+
+    def clear(self) -> None:
+        self._parts.clear()
+        self.length = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
 
 
 class _LeaseLost(Exception):
@@ -363,7 +393,7 @@ class TurnLoop:
             self.store.policy_decision(
                 run_id=run_id, rule=stop.rule, verdict="stop", reason=stop.reason
             )
-        return self._finish(run_id, stop.status, stop.error, output=stop.output)
+        return self._finish(run_id, stop.status, stop.error, output=stop.output, rule=stop.rule)
 
     def _crashed(self, run_id: UUID, exc: Exception, lease: _LeaseKeeper) -> RunInfo | None:
         if lease.lost.is_set():
@@ -380,11 +410,20 @@ class TurnLoop:
         return self._finish(run_id, RunStatus.FAILED, error)
 
     def _finish(
-        self, run_id: UUID, status: RunStatus, error: RunError | None, *, output: str = ""
+        self,
+        run_id: UUID,
+        status: RunStatus,
+        error: RunError | None,
+        *,
+        output: str = "",
+        rule: str = "",
     ) -> RunInfo:
-        """End the run, unless it already ended (a cancel that took effect at once)."""
+        """End the run, unless it already ended (a cancel that took effect at once);
+        ``rule``: the policy rule that stopped it, if one did."""
         try:
-            return self.store.finish_run(run_id=run_id, status=status, output=output, error=error)
+            return self.store.finish_run(
+                run_id=run_id, status=status, output=output, error=error, rule=rule
+            )
         except IllegalTransition:
             return self.store.get_run(run_id)
 
@@ -426,43 +465,13 @@ class TurnLoop:
         progress.parallel_tool_calls = agent.conversation.parallel_tool_calls
         if not context.turns:
             progress.messages = self._initial_messages(agent, context, model, specs, progress)
-        next_index = 0
 
-        # Replay what was recorded; finish the last turn if it was left open.
-        for turn in context.turns:
-            progress.messages = list(turn.request_messages)
-            next_index = turn.index + 1
-            if not turn.ended:
-                self._check_between_steps(context, policy, progress, lease)
-                self.store.restart_turn(turn_id=turn.id)
-                reply_calls = self._ask_model(context, agent, model, specs, progress, turn.id)
-            elif _cut_short(turn.finish_reason, turn.response_text, turn.response_tool_calls):
-                # Cut off by the output limit: its calls were never run; the model was
-                # told, as it is told below.
-                self._told_cut_short(agent, progress, turn.response_text)
-                continue
-            elif not turn.response_tool_calls:
-                # The model had answered; only recording the run's end was lost.
-                return self.store.finish_run(
-                    run_id=context.run_id, status=RunStatus.COMPLETED, output=turn.response_text
-                )
-            else:
-                reply_calls = turn.response_tool_calls
-                progress.messages.append(
-                    Message(
-                        role="assistant",
-                        content=turn.response_text,
-                        tool_calls=reply_calls,
-                        reasoning_state=turn.reasoning_state,
-                    )
-                )
-            if isinstance(reply_calls, RunInfo):
-                return reply_calls
-            self._run_calls(
-                context, policy, tools, progress, lease, turn.id, reply_calls, turn.tool_calls
-            )
-
-        for index in range(next_index, policy.max_turns):
+        replayed = self._replay(context, agent, policy, tools, specs, progress, lease)
+        if isinstance(replayed, RunInfo):
+            return replayed
+        next_index, lost = replayed
+        # A turn lost with its worker is asked again: it does not count against the cap.
+        for index in range(next_index, policy.max_turns + lost):
             self._check_between_steps(context, policy, progress, lease)
             turn_id = self.store.start_turn(
                 run_id=context.run_id,
@@ -485,6 +494,80 @@ class TurnLoop:
             reason=f"Limit of {policy.max_turns} turns reached.",
         )
 
+    def _replay(
+        self,
+        context: RunContext,
+        agent: Agent,
+        policy: Policy,
+        tools: dict[str, Tool],
+        specs: tuple[ToolSpec, ...],
+        progress: _Progress,
+        lease: _LeaseKeeper,
+    ) -> tuple[int, int] | RunInfo:
+        """Go through what the run recorded, as :mod:`this module <goaai.runtime.loop>`
+        says: the calls of each reply run (or replay their results), and a turn left
+        open, whose worker was lost while its model answered, is closed as crashed
+        with the text it had checkpointed and an estimate of its usage; the model is
+        asked again in a new turn, with the same messages. Returns the index of the
+        next turn and how many turns were lost, or the run if it has ended."""
+        next_index = lost = 0
+        for turn in context.turns:
+            progress.messages = list(turn.request_messages)
+            next_index = turn.index + 1
+            if not turn.ended or turn.interruption in _ASKED_AGAIN:
+                if not turn.ended:
+                    lease.check()
+                    self._close_lost_turn(turn, specs)
+                lost += 1
+            elif turn.interruption == TurnInterruption.CANCELED:
+                # Stopped mid-answer; only recording the run's end was lost.
+                raise _Stop(RunStatus.CANCELED, output=turn.response_text)
+            elif _cut_short(turn.finish_reason, turn.response_text, turn.response_tool_calls):
+                # Cut off by the output limit: its calls were never run; the model was
+                # told, as it is told below.
+                self._told_cut_short(agent, progress, turn.response_text)
+            elif not turn.response_tool_calls:
+                # The model had answered; only recording the run's end was lost.
+                return self.store.finish_run(
+                    run_id=context.run_id, status=RunStatus.COMPLETED, output=turn.response_text
+                )
+            else:
+                progress.messages.append(
+                    Message(
+                        role="assistant",
+                        content=turn.response_text,
+                        tool_calls=turn.response_tool_calls,
+                        reasoning_state=turn.reasoning_state,
+                    )
+                )
+                self._run_calls(
+                    context,
+                    policy,
+                    tools,
+                    progress,
+                    lease,
+                    turn.id,
+                    turn.response_tool_calls,
+                    turn.tool_calls,
+                )
+        return next_index, lost
+
+    def _close_lost_turn(self, turn: TurnState, specs: tuple[ToolSpec, ...]) -> None:
+        """End a turn whose worker died while its model answered: it keeps the text
+        checkpointed until then, with the usage that text and its request are
+        estimated at (the provider's own count died with the worker)."""
+        self.store.complete_turn(
+            turn_id=turn.id,
+            reply=ModelReply(
+                text=turn.response_text,
+                usage=budget.estimated_usage(turn.request_messages, turn.response_text, specs),
+                finish_reason=FinishReason.OTHER,
+            ),
+            latency_ms=0,
+            interruption=TurnInterruption.CRASHED,
+            usage_estimated=True,
+        )
+
     def _ask_model(
         self,
         context: RunContext,
@@ -499,16 +582,43 @@ class TurnLoop:
         or, when it answered, the completed run."""
         self._fit(progress, specs)
         turn_started = self.clock()
-        streamed: list[str] = []
+        streamed = _Streamed()
         request = ModelRequest(
             messages=tuple(progress.messages), tools=specs, settings=agent.model_settings
         )
         sink = self._delta_sink(context, turn_id, streamed)
         retries = 0
 
+        def keep_partial(exc: BaseException, interruption: TurnInterruption) -> str:
+            """Close the turn with what it said until ``exc`` ended it."""
+            partial = streamed.text
+            used, estimated = budget.partial_usage(
+                usage_so_far(exc), request.messages, partial, specs
+            )
+            self.store.complete_turn(
+                turn_id=turn_id,
+                reply=ModelReply(
+                    text=partial, usage=used, model=model.name, finish_reason=FinishReason.OTHER
+                ),
+                latency_ms=int((self.clock() - turn_started) * 1000),
+                retries=retries,
+                interruption=interruption,
+                usage_estimated=estimated,
+            )
+            return partial
+
         def on_retry(attempt: int, error: ModelError, delay: float) -> None:
             nonlocal retries
             retries = attempt
+            # The provider's words are for operators: the event gives its owner the
+            # kind in plain words (goaai.runtime.public_errors).
+            logger.warning(
+                "Run %s: model call failed (%s), asked again in %.1f s: %s",
+                context.run_id,
+                error.kind,
+                delay,
+                error.message,
+            )
             self.store.model_retry(
                 turn_id=turn_id,
                 attempt=attempt,
@@ -529,15 +639,17 @@ class TurnLoop:
                     reply = self._complete(context, model, request, sink)
         except _Interrupted as interrupted:
             # Stopped halfway through its answer: the turn keeps what was said so far
-            # (the person saw it), and the run ends canceled.
-            partial = "".join(streamed)
-            self.store.complete_turn(
-                turn_id=turn_id,
-                reply=ModelReply(text=partial, model=model.name, finish_reason=FinishReason.OTHER),
-                latency_ms=int((self.clock() - turn_started) * 1000),
-                retries=retries,
-            )
+            # (the person saw it) and what saying it used, and the run ends canceled.
+            partial = keep_partial(interrupted, TurnInterruption.CANCELED)
             raise _Stop(RunStatus.CANCELED, reason=interrupted.reason, output=partial) from None
+        except ModelError as exc:
+            # The stream broke off after some text, and asking again did not help (or
+            # may not): the turn keeps that text and its usage; the run fails.
+            if not streamed.length:
+                raise
+            partial = keep_partial(exc, TurnInterruption.FAILED)
+            error = RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable)
+            raise _Stop(RunStatus.FAILED, error, output=partial) from exc
         self.store.complete_turn(
             turn_id=turn_id,
             reply=reply,
@@ -912,6 +1024,11 @@ class TurnLoop:
                 raise ToolRejected(
                     f"Agents may call agents at most {MAX_DELEGATION_DEPTH} levels deep."
                 )
+            runner = self.run_child or self.execute
+            earlier = self.store.tool_call_child(tool_call_id)
+            if earlier is not None:
+                # The call began under a worker that died: the run it started goes on.
+                return self._continue_child(context, earlier, runner)
             # The child runs under its own agent's policy, tightened by the same label
             # rules as its parent (it carries the parent's labels).
             policy, decisions = apply_label_rules(
@@ -927,11 +1044,28 @@ class TurnLoop:
                 policy=policy.as_dict(),
                 policy_decisions=decisions,
             )
-            runner = self.run_child or self.execute
             finished = runner(child.id)
             return finished if finished is not None else self.store.get_run(child.id)
 
         return call_agent
+
+    def _continue_child(self, context: RunContext, child: RunInfo, runner: ChildRunner) -> RunInfo:
+        """Take up the run an agent called as a tool became, whose worker died with
+        this run's: it goes on from what it recorded. While the lease of that
+        worker has not run out yet (it renewed it a moment after this run's), it is
+        waited for, at most a lease period."""
+        deadline = self.clock() + self.lease_seconds
+        pause = self._pause(context)
+        while True:
+            if child.status == RunStatus.AWAITING_INPUT or RunStatus(child.status).is_terminal:
+                return child
+            finished = runner(child.id)
+            if finished is not None:
+                return finished
+            child = self.store.get_run(child.id)
+            if child.status != RunStatus.RUNNING or self.clock() >= deadline:
+                return child
+            pause(CANCEL_CHECK_SECONDS)
 
     # Helpers
 
@@ -961,22 +1095,27 @@ class TurnLoop:
         )
 
     def _delta_sink(
-        self, context: RunContext, turn_id: UUID, streamed: list[str]
+        self, context: RunContext, turn_id: UUID, streamed: _Streamed
     ) -> Callable[[str], None] | None:
-        """Where the model's text goes as it is written: to live subscribers, and
-        into ``streamed``; a cancel request (looked for every half second) stops
-        the answer there."""
+        """Where the model's text goes as it is written: into ``streamed``, to live
+        subscribers with its offset, and about once a second (before the piece that
+        triggers it is published) into the store as the turn's text so far; a
+        cancel request (looked for every half second) stops the answer there."""
         publish = self.publish_delta
         if publish is None:
             return None
-        checked = self.clock()
+        checked = saved = self.clock()
 
         def sink(text: str) -> None:
-            nonlocal checked
-            streamed.append(text)
-            publish(context, turn_id, text)
-            if self.clock() - checked >= CANCEL_CHECK_SECONDS:
-                checked = self.clock()
+            nonlocal checked, saved
+            offset = streamed.add(text)
+            now = self.clock()
+            if now - saved >= CHECKPOINT_SECONDS:
+                saved = now
+                self.store.checkpoint_turn(turn_id=turn_id, text=streamed.text)
+            publish(context, turn_id, text, offset)
+            if now - checked >= CANCEL_CHECK_SECONDS:
+                checked = now
                 reason = self.store.cancel_requested(context.run_id)
                 if reason is not None:
                     raise _Interrupted(reason)

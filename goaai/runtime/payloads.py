@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from goaai.runtime.public_errors import public_error_message
 from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
@@ -22,7 +23,9 @@ from goaai.runtime.vocabulary import (
     EventType,
     FinishReason,
     RunStatus,
+    StopKind,
     ToolCallStatus,
+    TurnInterruption,
     WriterKind,
 )
 
@@ -175,6 +178,12 @@ def run_resumed_after_wait(*, waited_seconds: float, **answered: Any) -> Event:
     return EventType.RUN_RESUMED, {"waited_seconds": round(waited_seconds, 3), **answered}
 
 
+def run_interrupted(*, cause: str, reason: str, worker: str) -> Event:
+    """The worker executing a run is known to be lost (``cause``: ``process_ended``
+    or ``lease_expired``, told in words as ``reason``); the run is taken up again."""
+    return EventType.RUN_INTERRUPTED, {"cause": cause, "reason": reason, "worker": worker}
+
+
 def run_resumed_by_worker(*, previous_worker: str, worker: str) -> Event:
     """A worker took over a run whose worker was lost."""
     return EventType.RUN_RESUMED, {
@@ -205,6 +214,27 @@ def cost_text(cost: Decimal | None) -> str | None:
     return "0" if text in ("-0", "") else text
 
 
+def stopped_by(*, kind: str, user: str | None = None, rule: str = "") -> dict[str, Any] | None:
+    """Who or what stopped a run (``kind``, a :class:`StopKind` value), as its end
+    event carries it: the person who asked, by name, and for a policy the rule
+    that fired; ``None`` when nothing is known of it."""
+    if not kind:
+        return None
+    return {"kind": kind, "user": user, "rule": (rule or None) if kind == StopKind.POLICY else None}
+
+
+def told_stop(status: str, stopped: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Who stopped a run (as :func:`stopped_by` built it), as a run that ended in
+    ``status`` tells it: a canceled run always; a failed or timed-out one only when
+    a policy rule ended it (not when it failed on its own while someone had asked
+    it to stop); a completed one never."""
+    if stopped is None or status == RunStatus.COMPLETED:
+        return None
+    if status == RunStatus.CANCELED or stopped["kind"] == StopKind.POLICY:
+        return stopped
+    return None
+
+
 def run_ended(
     *,
     status: RunStatus,
@@ -214,31 +244,48 @@ def run_ended(
     error_message: str = "",
     retryable: bool = False,
     reason: str = "",
+    stopped: dict[str, Any] | None = None,
 ) -> Event:
-    """The event that announces a run's terminal ``status``."""
+    """The event that announces a run's terminal ``status``. A canceled run's says
+    who stopped it (``stopped_by``, built by :func:`stopped_by`; ``None`` when not
+    known); so does a failed or timed-out run's when a policy rule stopped it."""
     data: dict[str, Any]
     if status == RunStatus.COMPLETED:
         data = {"output": output, "usage": usage or usage_totals(Usage())}
     elif status == RunStatus.CANCELED:
-        data = {"reason": reason}
+        data = {"reason": reason, "stopped_by": told_stop(status, stopped)}
     else:
-        data = {"error": {"kind": error_kind, "message": error_message, "retryable": retryable}}
+        # The event is read by the run's owner: the provider's own words stay on the
+        # run, for operators (goaai.runtime.public_errors).
+        message = public_error_message(kind=error_kind, message=error_message, status=status)
+        data = {"error": {"kind": error_kind, "message": message, "retryable": retryable}}
+        if told_stop(status, stopped) is not None:
+            data["stopped_by"] = stopped
     return RUN_END_EVENTS[status], data
 
 
 # Turns
 
 
-def turn_started(*, turn: UUID, index: int, model: str, restarted: bool = False) -> Event:
-    data: dict[str, Any] = {"turn": str(turn), "index": index, "model": model}
-    if restarted:
-        data["restarted"] = True
-    return EventType.TURN_STARTED, data
+def turn_started(*, turn: UUID, index: int, model: str) -> Event:
+    # (Logs written before crashed turns were asked again in a new turn also hold
+    # ``restarted: true`` turn.started events: the same turn asked again.)
+    return EventType.TURN_STARTED, {"turn": str(turn), "index": index, "model": model}
 
 
 def turn_completed(
-    *, turn: UUID, index: int, tool_calls: int, latency_ms: int, finish_reason: str = "stop"
+    *,
+    turn: UUID,
+    index: int,
+    tool_calls: int,
+    latency_ms: int,
+    finish_reason: str = "stop",
+    interruption: str = "",
+    usage_estimated: bool = False,
 ) -> Event:
+    """A turn ended: ``interruption`` says how, when its model did not finish
+    (stopped, failed or crashed mid-answer; the turn keeps what it said), and
+    ``usage_estimated`` whether its usage is (in part) an estimate."""
     data: dict[str, Any] = {
         "turn": str(turn),
         "index": index,
@@ -248,28 +295,46 @@ def turn_completed(
     }
     if finish_reason == FinishReason.LENGTH:
         data["truncated"] = True
+    if interruption:
+        data["interruption"] = interruption
+    if usage_estimated:
+        data["usage_estimated"] = True
     return EventType.TURN_COMPLETED, data
 
 
 def model_retry(
     *, turn: UUID, attempt: int, error_kind: str, message: str, delay_seconds: float
 ) -> Event:
-    """A turn's model call failed in a way worth retrying; it is asked again."""
+    """A turn's model call failed in a way worth retrying; it is asked again. The
+    event says why in the words of its kind (goaai.runtime.public_errors), not the
+    provider's: those are logged, and the run keeps them if it fails."""
     return EventType.MODEL_RETRY, {
         "turn": str(turn),
         "attempt": attempt,
         "error_kind": error_kind,
-        "message": message,
+        "message": public_error_message(kind=error_kind, message=message),
         "delay_seconds": round(delay_seconds, 3),
     }
+
+
+def is_message(text: str, interruption: str = "") -> bool:
+    """Whether a turn's reply is a message of the conversation (``message.completed``
+    tells it): it said something, and was not lost with its worker (such text gives
+    way to the answer the model is asked for again)."""
+    return bool(text) and interruption != TurnInterruption.CRASHED
 
 
 def message_completed(*, turn: UUID, text: str) -> Event:
     return EventType.MESSAGE_COMPLETED, {"turn": str(turn), "role": "assistant", "text": text}
 
 
-def usage(*, turn: UUID, used: Usage, cost: Decimal | None) -> Event:
-    return EventType.USAGE, {"turn": str(turn), **usage_totals(used, cost)}
+def usage(*, turn: UUID, used: Usage, cost: Decimal | None, estimated: bool = False) -> Event:
+    """What a turn used; ``estimated``: the provider did not report it all (the
+    reply ended early), and the rest is an estimate."""
+    data: dict[str, Any] = {"turn": str(turn), **usage_totals(used, cost)}
+    if estimated:
+        data["estimated"] = True
+    return EventType.USAGE, data
 
 
 def history_summarized(
@@ -372,9 +437,11 @@ def tool_call_ended(
     error_kind: str = "",
     error_message: str = "",
     reason: str = "",
+    stopped: dict[str, Any] | None = None,
 ) -> Event | None:
     """The event for a tool call that reached ``status``, or ``None`` for a denied
-    call (its decision is the event)."""
+    call (its decision is the event). A call canceled with its run says who
+    stopped the run (``stopped``, as :func:`stopped_by` builds it), when known."""
     event_type = _TOOL_CALL_END_EVENTS.get(status)
     if event_type is None:
         return None
@@ -385,6 +452,8 @@ def tool_call_ended(
         data["error"] = {"kind": error_kind, "message": error_message}
     else:
         data["reason"] = reason
+        if stopped is not None:
+            data["stopped_by"] = stopped
     return event_type, data
 
 

@@ -21,6 +21,7 @@ from goaai.runtime.types import (
     RunError,
     RunInfo,
     SessionInfo,
+    StreamedText,
     ToolCallRequest,
     ToolOutcome,
 )
@@ -83,7 +84,17 @@ class RunStore(Protocol):
 
     def get_run(self, run_id: UUID) -> RunInfo: ...
 
-    def request_cancel(self, run_id: UUID, reason: str) -> RunInfo: ...
+    def request_cancel(
+        self, run_id: UUID, reason: str, *, by: int | None = None, kind: str = ""
+    ) -> RunInfo:
+        """Ask a run to stop: one that no live worker executes is canceled at once, a
+        running one is flagged for its loop to stop at its next step. ``by`` is the
+        user who asks, ``kind`` who stops it (a :class:`StopKind` value; by
+        default ``user`` when ``by`` owns the run's session, ``operator`` for
+        anyone else, nothing when nobody is named), both recorded with the first
+        request and told by the run's end event (``stopped_by``). A finished run
+        stays as it is."""
+        ...
 
     def respond(
         self,
@@ -127,7 +138,10 @@ class RunStore(Protocol):
         waiting for input, held by a live worker, or a top-level run whose session
         has an earlier top-level run still open (it waits for its turn, see
         :meth:`next_queued_run`). The context carries everything
-        recorded so far, so the loop continues from the last committed step."""
+        recorded so far, so the loop continues from the last committed step.
+
+        Taking over from a worker whose lease expired records that the run was
+        interrupted (``run.interrupted``, ``lease_expired``) and then resumed."""
         ...
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
@@ -142,9 +156,35 @@ class RunStore(Protocol):
         ...
 
     def expired_runs(self, *, limit: int = 100) -> list[UUID]:
-        """Top-level runs that no live worker holds: running with an expired lease, or
+        """Runs that no live worker holds: running with an expired lease, or
         pending for longer than a lease without being claimed (not those waiting
-        for an earlier run of their session to end)."""
+        for an earlier run of their session to end). A run called as a tool is
+        among them only while its parent is not running: a running parent takes
+        its child up itself (its call of the agent continues the child), while one
+        that waits for the child, or has ended, needs the child executed (or
+        settled) on its own."""
+        ...
+
+    def held_runs(self, *, host: str, limit: int = 100) -> list[tuple[UUID, str]]:
+        """Running runs held under a lease by a worker of ``host`` (whose name
+        :func:`~goaai.runtime.workers.worker_name` made), as (id, lease owner): those
+        whose worker a process of that host can tell dead or alive (not those told
+        interrupted already)."""
+        ...
+
+    def interrupt_run(self, run_id: UUID, *, owner: str, cause: str) -> RunInfo | None:
+        """Record that the worker holding the run as ``owner`` is lost (``cause``:
+        ``process_ended`` or ``lease_expired``, see :mod:`goaai.runtime.endings`):
+        the ``run.interrupted`` event, and the lease ended, so that the worker
+        cannot renew it and the next claim takes the run over at once (recorded as
+        ``run.resumed``; the turn it left open is closed by the loop that goes on).
+        ``None``, and nothing recorded, if the run is not held by ``owner`` any more
+        (it ended, another worker took it, or it was told interrupted already)."""
+        ...
+
+    def tool_call_child(self, tool_call_id: UUID) -> RunInfo | None:
+        """The run an agent called as a tool became, for the call that started it
+        (the first, if there were several); ``None`` if the call started none."""
         ...
 
     def cancel_requested(self, run_id: UUID) -> str | None:
@@ -155,16 +195,35 @@ class RunStore(Protocol):
         self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
     ) -> UUID: ...
 
-    def restart_turn(self, *, turn_id: UUID) -> None:
-        """Record that a turn whose reply was lost with its worker is asked again."""
-        ...
-
     def complete_turn(
-        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+        self,
+        *,
+        turn_id: UUID,
+        reply: ModelReply,
+        latency_ms: int,
+        retries: int = 0,
+        interruption: str = "",
+        usage_estimated: bool = False,
     ) -> None:
         """Record the model's reply: text, tool calls, why it stopped, its reasoning,
         its usage of each kind and its cost (at the price in force now), after
-        ``retries`` retried attempts."""
+        ``retries`` retried attempts. A reply that did not finish is the text said
+        until then, with ``interruption`` saying how it ended
+        (:class:`~goaai.runtime.vocabulary.TurnInterruption`) and
+        ``usage_estimated`` whether its usage is (in part) an estimate."""
+        ...
+
+    def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
+        """Keep ``text``, what the model has streamed so far, as the reply of a turn
+        still open (nothing happens to one that ended): one write, no event. The
+        loop calls it about once a second while a reply streams, so that a
+        subscriber joining mid-answer, or a worker taking over a run whose worker
+        died, finds what was said."""
+        ...
+
+    def streaming_turns(self, session_id: UUID) -> list[StreamedText]:
+        """The session's turns still being answered (open, of runs that have not
+        ended) that have checkpointed some text, with that text."""
         ...
 
     def model_retry(
@@ -177,7 +236,9 @@ class RunStore(Protocol):
         delay_seconds: float,
     ) -> None:
         """Record that attempt ``attempt`` of a turn's model call failed with a
-        retryable error, and the model is asked again after ``delay_seconds``."""
+        retryable error, and the model is asked again after ``delay_seconds``. The
+        text the failed attempt checkpointed is dropped with it (the next attempt
+        streams its own)."""
         ...
 
     def schedule_tool_call(
@@ -233,10 +294,18 @@ class RunStore(Protocol):
     def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None: ...
 
     def finish_run(
-        self, *, run_id: UUID, status: str, output: str = "", error: RunError | None = None
+        self,
+        *,
+        run_id: UUID,
+        status: str,
+        output: str = "",
+        error: RunError | None = None,
+        rule: str = "",
     ) -> RunInfo:
         """End the run: ``output`` is a completed run's answer, or what a canceled
-        run had said when it was stopped (kept as its output)."""
+        run had said when it was stopped (kept as its output). ``rule`` is the
+        policy rule that ended it (a time or turn budget), if one did: the run is
+        then recorded as stopped by the policy, the rule standing as its reason."""
         ...
 
     def policy_decision(self, *, run_id: UUID, rule: str, verdict: str, reason: str) -> None: ...
@@ -264,8 +333,10 @@ class RunStore(Protocol):
         sessions; ``None`` if there is none (or it is someone else's)."""
         ...
 
-    def publish_delta(self, context: RunContext, turn_id: UUID, text: str) -> None:
-        """Stream a piece of model text to live subscribers (never stored)."""
+    def publish_delta(self, context: RunContext, turn_id: UUID, text: str, offset: int) -> None:
+        """Stream a piece of model text to live subscribers (never stored itself:
+        see :meth:`checkpoint_turn`). ``offset`` is where it begins in the text the
+        turn's current attempt has streamed, in characters (code points)."""
         ...
 
     # Memory

@@ -315,6 +315,19 @@ class TurnState:
     # The reply's output tokens as the provider reported them, less those it spent
     # reasoning (which are not sent back with the conversation); 0: not known.
     output_tokens: int = 0
+    # How it ended before its model finished (a TurnInterruption value; "" if it
+    # finished): a crashed turn was asked again in a turn after it.
+    interruption: str = ""
+
+
+class StreamedText(NamedTuple):
+    """The text a turn still being answered has streamed so far, as the loop last
+    checkpointed it (about once a second): what a subscriber that joins mid-answer
+    is sent first."""
+
+    run_id: UUID
+    turn_id: UUID
+    text: str
 
 
 @dataclass(frozen=True)

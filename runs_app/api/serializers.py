@@ -10,9 +10,19 @@ from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
 from goaai.api.usage import RunUsageSerializer, UsageSerializer, turn_usage_document, usage_document
+from goaai.runtime import payloads
+from goaai.runtime.public_errors import public_error_message
 from goaai.runtime.questions import MAX_CHOICE_LENGTH, MAX_CHOICES
-from goaai.runtime.vocabulary import AwaitingKind, FinishReason, Multitask, RunStatus
+from goaai.runtime.vocabulary import (
+    AwaitingKind,
+    FinishReason,
+    Multitask,
+    RunStatus,
+    StopKind,
+    TurnInterruption,
+)
 from runs_app.models import DECISION_CHOICES, Run, ToolCall, Turn
+from runs_app.scores import caller_feedback
 from runs_app.selectors import run_queued_behind
 from sessions_app.models import RunEvent
 
@@ -21,8 +31,17 @@ MAX_INPUT_LENGTH = 32_000
 
 class RunErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
     kind = serializers.CharField(help_text="invalid_call, domain_rejection, unavailable, ...")
-    message = serializers.CharField()
+    message = serializers.CharField(
+        help_text="What went wrong, in words for the person chatting: a plain sentence "
+        "per kind for an error of the model or a service (never the provider's own "
+        "message), goaai's own reason for a policy limit or a spent time budget."
+    )
     retryable = serializers.BooleanField()
+    detail = serializers.CharField(
+        required=False,
+        help_text="Staff only: the error as it was recorded, the provider's own message "
+        "included (addresses, error numbers).",
+    )
 
 
 class AwaitingSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -53,6 +72,26 @@ class ToolCallErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
     message = serializers.CharField()
 
 
+class StoppedBySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    kind = serializers.ChoiceField(
+        choices=[kind.value for kind in StopKind],
+        help_text="`user`: the run's own user stopped it; `operator`: staff stopped "
+        "another user's run; `superseded`: the next message replaced it (multitask "
+        "`interrupt`); `policy`: a rule of its policy (a time or turn budget) ended it.",
+    )
+    user = serializers.CharField(
+        allow_null=True, help_text="Who asked, by username (null for a policy, or unknown)."
+    )
+    rule = serializers.CharField(
+        allow_null=True, help_text="For `policy`: the rule that ended the run, else null."
+    )
+
+
+class CallerFeedbackSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    value = serializers.ChoiceField(choices=["up", "down"])
+    comment = serializers.CharField(allow_blank=True)
+
+
 class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     usage = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
@@ -75,6 +114,14 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         help_text="While the run waits for its turn (status `pending`): the active or "
         "queued run of its session just before it, which must end first. Null once "
         "its turn has come, and for every other run."
+    )
+    stopped_by = serializers.SerializerMethodField(
+        help_text="Who or what stopped the run, if it was stopped (canceled, or ended by "
+        "a policy rule); null otherwise. `cancel_reason` says why, in words."
+    )
+    feedback = serializers.SerializerMethodField(
+        help_text="Your own feedback on the run's answer (POST /runs/{id}/feedback/): "
+        "`{value: up|down, comment}`, or null if you gave none."
     )
 
     class Meta:
@@ -101,6 +148,9 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "awaiting",
             "multitask",
             "queued_behind",
+            "feedback",
+            "stopped_by",
+            "cancel_reason",
             "cancel_requested_at",
             "created_at",
             "started_at",
@@ -117,6 +167,10 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "retry_of": {"help_text": "The failed or stopped run this one asks again."},
             "regenerates": {"help_text": "The run whose answer this one gives again."},
             "edit_of": {"help_text": "The run whose message this one changes."},
+            "cancel_reason": {
+                "help_text": "Why the run was stopped, as the request said (or, for a "
+                "policy, the rule that ended it); empty for a run nobody stopped."
+            },
         }
 
     @extend_schema_field(RunUsageSerializer)
@@ -127,15 +181,37 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     def get_error(self, run: Run) -> dict[str, Any] | None:
         if not run.error_kind:
             return None
-        return {
+        error: dict[str, Any] = {
             "kind": run.error_kind,
-            "message": run.error_message,
+            "message": public_error_message(
+                kind=run.error_kind, message=run.error_message, status=run.status
+            ),
             "retryable": run.error_retryable,
         }
+        request = self.context.get("request")
+        if getattr(getattr(request, "user", None), "is_staff", False):
+            error["detail"] = run.error_message
+        return error
 
     @extend_schema_field(AwaitingSerializer(allow_null=True))
     def get_awaiting(self, run: Run) -> dict[str, Any] | None:
         return run.awaiting if run.status == "awaiting_input" else None
+
+    @extend_schema_field(StoppedBySerializer(allow_null=True))
+    def get_stopped_by(self, run: Run) -> dict[str, Any] | None:
+        # Read with the run where lists ask (select_related): only stopped runs name one.
+        by = run.cancel_requested_by if run.cancel_requested_by_id else None
+        stopped = payloads.stopped_by(
+            kind=run.cancel_kind,
+            user=by.get_username() if by is not None else None,
+            rule=run.cancel_reason,
+        )
+        return payloads.told_stop(run.status, stopped)
+
+    @extend_schema_field(CallerFeedbackSerializer(allow_null=True))
+    def get_feedback(self, run: Run) -> dict[str, Any] | None:
+        request = self.context.get("request")
+        return caller_feedback(run, getattr(request, "user", None))
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
     def get_queued_behind(self, run: Run) -> UUID | None:
@@ -226,6 +302,20 @@ class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         help_text="How many times the model was asked again after a retryable error "
         "(each is a `model.retry` event).",
     )
+    interruption = serializers.ChoiceField(
+        choices=[("", ""), *((kind.value, kind.value) for kind in TurnInterruption)],
+        read_only=True,
+        help_text="How the turn ended before its model finished answering: `canceled` "
+        "(the run was stopped mid-answer), `failed` (the stream broke off with an error) "
+        "or `crashed` (the worker died); empty when it finished. An interrupted turn "
+        "keeps the text said until then in `response.text`.",
+    )
+    usage_estimated = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether `usage` is (in part) an estimate: the reply ended before the "
+        "provider reported all of it, and the rest was estimated from the request and "
+        "the text said.",
+    )
 
     class Meta:
         model = Turn
@@ -241,6 +331,8 @@ class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "truncated",
             "reasoning",
             "usage",
+            "usage_estimated",
+            "interruption",
             "retries",
             "latency_ms",
             "started_at",

@@ -28,6 +28,11 @@ MOMENT_HELP = (
 )
 
 
+class FeedbackCountSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    up = serializers.IntegerField(help_text="Thumbs up users gave the group's runs.")
+    down = serializers.IntegerField(help_text="Thumbs down users gave the group's runs.")
+
+
 class UsageGroupSerializer(RunUsageSerializer):
     group = serializers.CharField(
         help_text="The agent's id, the model (`<profile>:<model>`), the owner's username "
@@ -40,6 +45,10 @@ class UsageGroupSerializer(RunUsageSerializer):
         help_text="Runs of the group (by model: runs with a turn of that model)."
     )
     turns = serializers.IntegerField(help_text="Turns of those runs (by model: of that model).")
+    feedback = FeedbackCountSerializer(
+        help_text="The users' feedback on those runs (POST /runs/{id}/feedback/), counted "
+        "(by model: on runs with a turn of that model)."
+    )
 
 
 class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -107,10 +116,11 @@ class UsageViewSet(ScopedViewSet):
 
     @extend_schema(
         summary="Token usage and cost, added up",
-        description="Tokens of each kind, cost, runs and turns for each agent, model, "
-        "user or day, over your runs (staff with the permission to view runs: every "
-        "user's), child runs included. By `agent`, `user` and `day` (the run's "
-        "creation date in UTC) the runs' totals are added up; by `model` their turns' "
+        description="Tokens of each kind, cost, runs, turns and the users' feedback "
+        "(thumbs up and down) for each agent, model, user or day, over your runs "
+        "(staff with the permission to view runs: every user's), child runs included. "
+        "By `agent`, `user` and `day` (the run's creation date in UTC) the runs' totals "
+        "are added up; by `model` their turns' "
         "(a run may ask more than one model). `from` and `to` select runs by their "
         "creation time, `from` included and `to` not. Days come in date order; the "
         "other groups costliest first (unknown costs last), then by tokens. Not paged: "
@@ -152,6 +162,7 @@ class UsageViewSet(ScopedViewSet):
                             "total_tokens": 43950,
                             "cost": "0.0421",
                             "unpriced_turns": 0,
+                            "feedback": {"up": 7, "down": 1},
                         }
                     ],
                 },
@@ -177,6 +188,7 @@ class UsageViewSet(ScopedViewSet):
             if group.user is not None:
                 row["user"] = group.user
             row.update(runs=group.runs, turns=group.turns, **usage_document(group))
+            row["feedback"] = {"up": group.feedback_up, "down": group.feedback_down}
             results.append(row)
         return Response(
             {

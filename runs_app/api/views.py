@@ -54,6 +54,7 @@ from runs_app.idempotency import (
     request_fingerprint,
 )
 from runs_app.models import Run, ToolCall, Turn
+from runs_app.scores import with_caller_feedback
 from runs_app.selectors import run_for_idempotency_key, runs_with_steps, with_queue
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
@@ -138,7 +139,10 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
     def base_queryset(self) -> QuerySet[Run]:
         if getattr(self, "swagger_fake_view", False):  # building the OpenAPI schema
             return Run.objects.none()
-        return with_queue(Run.objects.filter(session=self.session()))
+        runs = with_queue(Run.objects.filter(session=self.session()))
+        # Who stopped a run is named with it (stopped_by), read in the same query.
+        runs = runs.select_related("cancel_requested_by")
+        return with_caller_feedback(runs, self.request.user)
 
     def get_throttles(self) -> list[Any]:
         if self.action == "create":
@@ -270,7 +274,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     ordering_fields = ["created_at"]
 
     def base_queryset(self) -> QuerySet[Run]:
-        runs = with_queue(Run.objects.all())
+        runs = with_caller_feedback(
+            with_queue(Run.objects.select_related("cancel_requested_by")), self.request.user
+        )
         return runs_with_steps(runs) if self.action == "retrieve" else runs
 
     def get_serializer_class(self) -> Any:
@@ -288,8 +294,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     @extend_schema(
         summary="Cancel a run",
         description="A pending or waiting run is canceled at once; a running one stops "
-        "at its next step (its status shows `canceled` then). A run that has ended "
-        "is a 409.",
+        "at its next step (its status shows `canceled` then). The run records who "
+        "stopped it (`stopped_by`): `user` when the run is the caller's own, "
+        "`operator` when staff stop someone else's. A run that has ended is a 409.",
         request=RunCancelSerializer,
         responses={200: RunSerializer},
     )
@@ -306,7 +313,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         if owner_id != request.user.pk:
             # The run's record says who stopped it.
             reason = canceled_by(request.user, reason)
-        rt.cancel_run(run.pk, reason=reason or "user_requested")
+        # Who asked is recorded: the run's own user, or an operator (stopped_by).
+        rt.cancel_run(run.pk, reason=reason or "user_requested", by=request.user)
         self.log_for_others(run, owner_id, CHANGE, f"Canceled: {reason}")
         return Response(RunSerializer(Run.objects.get(pk=run.pk)).data)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from goaai.runtime.public_errors import public_error_message
 from goaai.runtime.types import USAGE_KINDS, Usage
 from goaai.runtime.vocabulary import AwaitingKind, FinishReason, RunStatus
 from runs_app.models import Run, ToolCall, Turn
@@ -126,6 +127,12 @@ def _pending_calls(run: Run) -> list[PendingCall]:
     ]
 
 
+def _told(run: Run) -> str:
+    """Why the run did not answer, as its caller is told: the provider's own words
+    (addresses, error numbers) stay on the run, for operators."""
+    return public_error_message(kind=run.error_kind, message=run.error_message, status=run.status)
+
+
 def refusal(current: State) -> OpenAIError | None:
     """The error a run that did not answer is, for the chat API (which has no
     failed completion): ``None`` for a run that answered or waits.
@@ -138,7 +145,7 @@ def refusal(current: State) -> OpenAIError | None:
     if run.status == RunStatus.FAILED:
         return OpenAIError(
             422,
-            f"The agent's run {run.pk} failed ({run.error_kind}): {run.error_message}",
+            f"The agent's run {run.pk} failed ({run.error_kind}): {_told(run)}",
             code=run.error_kind or "run_failed",
             type="run_error",
             should_retry=False,
@@ -146,7 +153,7 @@ def refusal(current: State) -> OpenAIError | None:
     if run.status == RunStatus.TIMED_OUT:
         return OpenAIError(
             422,
-            f"The agent's run {run.pk} timed out: {run.error_message}",
+            f"The agent's run {run.pk} timed out: {_told(run)}",
             code="timeout",
             type="run_error",
             should_retry=False,
@@ -309,7 +316,7 @@ def response_object(
     status = status or response_status(current)
     error = None
     if status == "failed":
-        error = {"code": "server_error", "message": f"{run.error_kind}: {run.error_message}"}
+        error = {"code": "server_error", "message": f"{run.error_kind}: {_told(run)}"}
     return {
         "id": response_id(run),
         "object": "response",

@@ -37,7 +37,12 @@ RUN_ERRORS = (
     (ErrorKind.TIMEOUT, "The model did not answer within 60 s.", True),
     (ErrorKind.INTERNAL, "The model's reply could not be read.", False),
 )
-CANCEL_REASONS = ("canceled by the user", "canceled by operator demo-admin", "session_ended")
+# Why a seeded run was stopped, and who stopped it (a StopKind value).
+CANCEL_REASONS = (
+    ("canceled by the user", "user"),
+    ("canceled by operator demo-admin", "operator"),
+    ("session_ended", "user"),
+)
 SESSION_METADATA = {"source": "seed_demo"}
 # Most conversations are with the main assistant.
 MAIN_AGENT = "assistant"
@@ -208,7 +213,8 @@ class Odds:
     def run_error(self) -> tuple[str, str, bool]:
         return self.rng.choice(RUN_ERRORS)
 
-    def cancel_reason(self) -> str:
+    def cancel_reason(self) -> tuple[str, str]:
+        """Why a run was stopped, and the kind of stopper who did."""
         return self.rng.choice(CANCEL_REASONS)
 
     # Timing

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from goaai.runtime import payloads
 from goaai.runtime.agents import AgentRegistry
-from goaai.runtime.context import run_messages
+from goaai.runtime.context import estimate_tokens, run_messages
 from goaai.runtime.loop import memory_message
 from goaai.runtime.payloads import Event
 from goaai.runtime.policy import Decision, Policy
@@ -26,7 +26,7 @@ from goaai.runtime.types import (
     TurnState,
     Usage,
 )
-from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import FinishReason, RunStatus, ToolCallStatus, TurnInterruption
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.seeding.log import SessionLog
 from runs_app.seeding.memory import SessionMemory, Writer
@@ -225,10 +225,13 @@ class RunWriter:
         text: str,
         calls: tuple[ToolCallRequest, ...] = (),
         spent: tuple[int, int] | None = None,
+        interruption: str = "",
     ) -> None:
         """The model's reply arrived (or what it had said when it was stopped):
         recorded with its token usage. ``spent`` is the turn's tokens in and out;
-        by default, what the messages sent and a short reply cost."""
+        by default, what the messages sent and a short reply cost. A turn with an
+        ``interruption`` was cut off mid-answer: its usage is an estimate, as the
+        loop records it."""
         latency = self.odds.latency_ms()
         run.clock += dt.timedelta(milliseconds=latency)
         tokens_in, tokens_out = spent or (
@@ -237,7 +240,11 @@ class RunWriter:
         )
         run.input_tokens += tokens_in
         run.output_tokens += tokens_out
-        finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+        if interruption:
+            finish = FinishReason.OTHER
+        else:
+            finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+        estimated = bool(interruption)
         run.turns.append(
             TurnState(
                 id=turn.id,
@@ -258,7 +265,9 @@ class RunWriter:
             request_messages=turn.request,
             response_text=text,
             response_tool_calls=[call.as_dict() for call in calls],
-            finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
+            finish_reason=finish,
+            interruption=interruption,
+            usage_estimated=estimated,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             latency_ms=latency,
@@ -272,12 +281,18 @@ class RunWriter:
                 index=turn.index,
                 tool_calls=len(calls),
                 latency_ms=latency,
-                finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
+                finish_reason=finish,
+                interruption=interruption,
+                usage_estimated=estimated,
             )
         )
         if text:
             run.event(payloads.message_completed(turn=turn.id, text=text))
-        run.event(payloads.usage(turn=turn.id, used=Usage(tokens_in, tokens_out), cost=None))
+        run.event(
+            payloads.usage(
+                turn=turn.id, used=Usage(tokens_in, tokens_out), cost=None, estimated=estimated
+            )
+        )
 
     def _tool_turn(self, run: _Run, index: int, names: tuple[str, ...], *, waits: bool) -> None:
         """A turn whose reply asks for tools, then its calls, each answered to the
@@ -367,13 +382,22 @@ class RunWriter:
 
     def _cancel(self, run: _Run, index: int) -> None:
         """Someone stopped the run while the model was writing its answer: the turn
-        keeps what was written so far (they saw it), at no recorded cost."""
+        keeps what was written so far (they saw it), with its usage estimated."""
         turn = self._begin_turn(run, index)
         partial = self.odds.partial(self.odds.answer(run.question))
-        reason = self.odds.cancel_reason()
-        self._end_turn(run, turn, text=partial, spent=(0, 0))
-        run.ending = {"cancel_requested_at": run.clock, "cancel_reason": reason}
-        run.event(payloads.run_ended(status=RunStatus.CANCELED, reason=reason))
+        reason, kind = self.odds.cancel_reason()
+        spent = (40 + run.sent // 4, estimate_tokens(partial))
+        self._end_turn(run, turn, text=partial, spent=spent, interruption=TurnInterruption.CANCELED)
+        run.ending = {
+            "cancel_requested_at": run.clock,
+            "cancel_reason": reason,
+            "cancel_kind": kind,
+        }
+        run.event(
+            payloads.run_ended(
+                status=RunStatus.CANCELED, reason=reason, stopped=payloads.stopped_by(kind=kind)
+            )
+        )
 
     # Tool calls
 

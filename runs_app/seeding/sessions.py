@@ -70,4 +70,6 @@ class SessionWriter:
             created_at=created_at,
             updated_at=ended_at or clock,
             ended_at=ended_at,
+            # Its newest event: its end, else the end of its last run.
+            last_activity_at=ended_at or clock,
         )

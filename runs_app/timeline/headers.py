@@ -15,6 +15,7 @@ from django.utils import timezone
 from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import FAILED_RUN_STATUSES, RunStatus
 from runs_app.models import HistorySummary, Run, SessionFork
+from runs_app.timeline.endings import run_stop_words
 from runs_app.timeline.values import (
     Value,
     format_cost,
@@ -197,6 +198,11 @@ class RunHeader:
         return self.run.status == RunStatus.CANCELED
 
     @property
+    def stopped(self) -> str:
+        """Who or what stopped the run ("Stopped by an operator (maria)"), if known."""
+        return run_stop_words(self.run)
+
+    @property
     def can_cancel(self) -> bool:
         return not self.run.is_terminal
 
@@ -215,7 +221,9 @@ class RunHeader:
 
 def run_for_timeline(run_id: UUID) -> Run | None:
     return (
-        Run.objects.select_related("session", "session__owner", "parent_run", "created_by")
+        Run.objects.select_related(
+            "session", "session__owner", "parent_run", "created_by", "cancel_requested_by"
+        )
         .filter(pk=run_id)
         .first()
     )

@@ -67,6 +67,8 @@ class TurnInfo:
     cost: Decimal | None
     finish_reason: str
     retries: int
+    # What the provider said of each failed attempt ({attempt, error_kind, message, at}).
+    retry_errors: list[dict[str, Any]]
     latency_ms: int | None
     started_at: dt.datetime
     ended_at: dt.datetime | None
@@ -165,6 +167,7 @@ def turns_by_id(ids: Iterable[UUID]) -> dict[UUID, TurnInfo]:
             "cost",
             "finish_reason",
             "retries",
+            "retry_errors",
             "latency_ms",
             "started_at",
             "ended_at",
@@ -202,6 +205,7 @@ def _turn_info(row: dict[str, Any]) -> TurnInfo:
         cost=row["cost"],
         finish_reason=row["finish_reason"],
         retries=row["retries"],
+        retry_errors=[e for e in row["retry_errors"] or [] if isinstance(e, dict)],
         latency_ms=row["latency_ms"],
         started_at=row["started_at"],
         ended_at=row["ended_at"],

@@ -10,7 +10,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
+from django.utils import timezone
+
 from goaai.runtime import payloads
+from goaai.runtime.public_errors import ERROR_SENTENCES
 from goaai.runtime.vocabulary import (
     FAILURE_EVENT_TYPES,
     STOPPED_EVENT_TYPES,
@@ -19,6 +22,7 @@ from goaai.runtime.vocabulary import (
     EventType,
     FinishReason,
 )
+from runs_app.timeline.endings import run_status_of_call_end, stop_words, wait_ended
 from runs_app.timeline.references import ToolCallInfo, TurnInfo, uuid_or_none
 from runs_app.timeline.values import (
     Value,
@@ -71,8 +75,9 @@ class EventRow:
 
     @property
     def clock(self) -> str:
-        """The time of day to the millisecond (UTC)."""
-        return self.created_at.astimezone(dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+        """The time of day to the millisecond, in the viewer's time zone (the one
+        activated for the request, as every time on the page)."""
+        return timezone.localtime(self.created_at).strftime("%H:%M:%S.%f")[:-3]
 
     @property
     def is_policy(self) -> bool:
@@ -113,7 +118,7 @@ def outcome(event_type: str, data: Mapping[str, Any]) -> str:
         return "failed" if data.get("decision") == "denied" else "succeeded"
     if event_type == EventType.POLICY_DECISION:
         return "failed" if data.get("verdict") == "stop" else "policy"
-    if event_type == EventType.MODEL_RETRY:
+    if event_type in (EventType.MODEL_RETRY, EventType.RUN_INTERRUPTED):
         return "retried"
     if event_type == EventType.TURN_COMPLETED and data.get("finish_reason") == FinishReason.LENGTH:
         return "retried"
@@ -229,8 +234,11 @@ def _model_retry(row: EventRow) -> str:
         seconds = 0.0
     # Backoffs are seconds long: tenths say enough.
     delay = f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
-    text = f"Retried after {delay}: {data.get('error_kind', '')}"
-    if data.get("message"):
+    kind = str(data.get("error_kind", ""))
+    text = f"Retried after {delay}: {kind}"
+    # The event says why in the words of its kind (goaai.runtime.public_errors), which
+    # add nothing to the kind here; an event written before says it in its own.
+    if data.get("message") and data["message"] != ERROR_SENTENCES.get(kind):
         text += f" — {one_line(data['message'], 100)}"
     return text + f" · attempt {data.get('attempt', '?')} failed"
 
@@ -268,7 +276,16 @@ def _tool_call_canceled(row: EventRow) -> str:
     # The reason says how the run ended ("the run canceled", "the run timed_out").
     reason = row.data.get("reason")
     name = str(row.data.get("name", ""))
-    return f"{name} · {one_line(reason, 80)}" if reason else name
+    stopped = stop_words(row.data.get("stopped_by"))
+    status = run_status_of_call_end(reason)
+    call = row.tool_call
+    if status and call is not None and call.started_at is None:
+        # It never ran: it waited (for an approval, an answer, the caller's result)
+        # until its run ended, which ended the wait.
+        seconds = float(row.data.get("duration_ms") or 0) / 1000
+        return f"{name} · wait ended: {wait_ended(status, seconds, stopped)}"
+    text = f"{name} · {one_line(reason, 80)}" if reason else name
+    return f"{text} — {stopped}" if stopped else text
 
 
 def _awaiting_input(row: EventRow) -> str:
@@ -311,11 +328,20 @@ def _run_completed(row: EventRow) -> str:
 
 def _run_error(row: EventRow) -> str:
     error = row.data.get("error") or {}
-    return f"{error.get('kind', '')}: {one_line(error.get('message', ''), 100)}"
+    text = f"{error.get('kind', '')}: {one_line(error.get('message', ''), 100)}"
+    stopped = stop_words(row.data.get("stopped_by"))
+    return f"{stopped} · {text}" if stopped else text
 
 
 def _run_canceled(row: EventRow) -> str:
-    return one_line(row.data.get("reason", "") or "canceled")
+    reason = one_line(row.data.get("reason", "") or "canceled")
+    stopped = stop_words(row.data.get("stopped_by"))
+    return f"{stopped} · {reason}" if stopped else reason
+
+
+def _run_interrupted(row: EventRow) -> str:
+    data = row.data
+    return f"Interrupted — resuming: {data.get('reason', '')} · worker {data.get('worker', '')}"
 
 
 def _data(row: EventRow) -> str:
@@ -350,4 +376,5 @@ _SUMMARIES: dict[str, Callable[[EventRow], str]] = {
     EventType.RUN_FAILED: _run_error,
     EventType.RUN_TIMED_OUT: _run_error,
     EventType.RUN_CANCELED: _run_canceled,
+    EventType.RUN_INTERRUPTED: _run_interrupted,
 }

@@ -1,5 +1,6 @@
 """Time a run spent waiting for a person (or a child run) rather than working: each
-wait with what it asked, who answered, and how long it took."""
+wait with what it asked, who answered, and how long it took; or, for a wait its run's
+end cut short (canceled, failed, timed out), when and why it ended."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from goaai.runtime.vocabulary import EventType
+from goaai.runtime.vocabulary import RUN_END_EVENT_TYPES, RUN_END_EVENTS, EventType
 from runs_app.models import Run
+from runs_app.timeline.endings import end_words, wait_ended
 from runs_app.timeline.references import decider_name, usernames_by_id, uuid_or_none
 from runs_app.timeline.values import format_duration
 from sessions_app.models import RunEvent, Session
@@ -38,15 +40,22 @@ class WaitPeriod:
     resumed_seq: int | None = None
     waited_seconds: float | None = None
     child_run: UUID | None = None
+    # Set when the run ended while it waited: its status, when, and how the wait
+    # ended in words ("Canceled after 8 min 2 s: Stopped by an operator (maria)").
+    ended_status: str = ""
+    ended_at: dt.datetime | None = None
+    ending: str = ""
 
     @property
     def open(self) -> bool:
-        return self.resumed_seq is None
+        return self.resumed_seq is None and not self.ended_status
 
     @property
     def waited(self) -> str:
         if self.waited_seconds is not None:
             return format_duration(self.waited_seconds)
+        if self.ended_at is not None:
+            return format_duration((self.ended_at - self.since).total_seconds())
         return format_duration((timezone.now() - self.since).total_seconds()) + " so far"
 
 
@@ -97,12 +106,25 @@ class _Waits:
             current.answered_by = current.answered_by or "child run"
         del self._open_by_run[event["run_id"]]
 
+    def ended(self, event: Mapping[str, Any], data: dict[str, Any]) -> None:
+        """The run ended while it waited: nobody answered, and the wait is over."""
+        current = self._open_by_run.pop(event["run_id"], None)
+        if current is None:
+            return
+        status = _END_STATUSES[event["type"]]
+        current.ended_status, current.ended_at = status, event["created_at"]
+        seconds = (event["created_at"] - current.since).total_seconds()
+        current.ending = wait_ended(status, seconds, end_words(status, data))
+
+
+_END_STATUSES = {event: status.value for status, event in RUN_END_EVENTS.items()}
 
 # The events a wait is made of, and what each does to it.
 _STEPS: dict[str, Callable[[_Waits, Mapping[str, Any], dict[str, Any]], None]] = {
     EventType.RUN_AWAITING_INPUT: _Waits.opened,
     EventType.TOOL_CALL_DECIDED: _Waits.decided,
     EventType.RUN_RESUMED: _Waits.resumed,
+    **dict.fromkeys(RUN_END_EVENT_TYPES, _Waits.ended),
 }
 
 
@@ -129,15 +151,15 @@ def waits(
 def _wait_events(
     *, run: Run | None, session: Session | None
 ) -> tuple[list[tuple[Mapping[str, Any], dict[str, Any]]], bool]:
-    """The first events of waiting (each with its data), up to three per wait, and
-    whether there were more."""
+    """The first events of waiting (each with its data), up to three per wait and
+    the runs' ends, and whether there were more."""
     if run is not None:
         events = RunEvent.objects.filter(run_id=run.id, type__in=list(_STEPS))
     elif session is not None:
         events = RunEvent.objects.filter(session_id=session.id, type__in=list(_STEPS))
     else:
         raise ValueError("waits needs a run or a session")
-    limit = WAITS_LIMIT * 3
+    limit = WAITS_LIMIT * 4
     rows = list(
         events.order_by("seq").values("seq", "type", "run_id", "data", "created_at")[: limit + 1]
     )

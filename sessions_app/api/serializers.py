@@ -30,6 +30,11 @@ class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         help_text="What the session's runs (child runs included) add up to: tokens of "
         "each kind and their cost."
     )
+    last_activity_at = serializers.DateTimeField(
+        read_only=True,
+        help_text="When the session's newest event was recorded (a message, a run's "
+        "progress, a change of memory or title): sessions are listed by it.",
+    )
 
     class Meta:
         model = Session
@@ -45,6 +50,7 @@ class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "created_at",
             "updated_at",
             "ended_at",
+            "last_activity_at",
         ]
         read_only_fields = fields
 

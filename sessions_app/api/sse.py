@@ -3,7 +3,9 @@
 ``GET /api/v1/sessions/{id}/events/stream/`` sends the session's events after
 ``Last-Event-ID`` (or ``?after=N``) from the database, then live ones, each as
 ``id: <seq>``, ``event: <type>``, ``data: <event JSON>``; token deltas come as
-``event: delta`` without an id (they are not stored). ``GET
+``event: delta`` without an id (they are not stored), each with the ``offset`` its
+text begins at in its turn's text, and a stream that joins mid-answer is first
+sent the text streamed so far (see :class:`sessions_app.streams.Stitcher`). ``GET
 /api/v1/sessions/stream/`` sends the caller's session-level changes. Both need an
 ASGI server (they hold the connection open) and the same credentials as the API,
 and end with ``event: error`` once those stop giving access, or once the session
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -29,12 +32,14 @@ from sessions_app.publisher import session_group, user_group
 from sessions_app.streams import (
     MAX_LIVE_GAP,
     Sequencer,
+    Stitcher,
     Watcher,
     origin_allowed,
     parse_after,
     session_visible,
     still_allowed,
     stored_after,
+    streaming_turns,
     subscribe,
 )
 
@@ -158,45 +163,86 @@ def _event_frame(event: dict[str, Any]) -> str:
     return _frame(event["type"], event, event["seq"])
 
 
-async def _stored_frames(sequencer: Sequencer) -> AsyncIterator[str]:
+@dataclass
+class _Follow:
+    """One stream's place in the session's log and in its turns' streamed text."""
+
+    sequencer: Sequencer
+    stitcher: Stitcher = field(default_factory=Stitcher)
+
+    def event_frames(self, events: list[dict[str, Any]]) -> list[str]:
+        self.stitcher.observe(events)
+        return [_event_frame(event) for event in events]
+
+
+def _delta_frames(frames: list[dict[str, Any]]) -> list[str]:
+    return [_frame("delta", {k: v for k, v in frame.items() if k != "type"}) for frame in frames]
+
+
+async def _stored_frames(follow: _Follow) -> AsyncIterator[str]:
     """The stored events after the sequencer's last, as frames."""
-    async for events in stored_after(sequencer):
-        for event in events:
-            yield _event_frame(event)
+    async for events in stored_after(follow.sequencer):
+        for event_frame in follow.event_frames(events):
+            yield event_frame
 
 
-async def _live_frames(
-    sequencer: Sequencer, events: list[dict[str, Any]]
-) -> tuple[list[str], bool]:
+async def _checkpoint_frames(follow: _Follow) -> list[str]:
+    """Text that fills a hole in a turn's streamed text, from its checkpoint, if
+    the stream holds text beyond one."""
+    if not follow.stitcher.wants_checkpoints():
+        return []
+    texts = await streaming_turns(follow.sequencer.session_id)
+    return _delta_frames(follow.stitcher.checkpoints(texts))
+
+
+async def _live_frames(follow: _Follow, events: list[dict[str, Any]]) -> tuple[list[str], bool]:
     """Frames for events the layer delivered, gaps filled from the database, and
     whether the stream ends: past ``MAX_LIVE_GAP`` missing events the client is told
     to resync instead."""
+    sequencer = follow.sequencer
     ready, gap = sequencer.take(events)
     if gap and sequencer.gap() > MAX_LIVE_GAP:
-        return [*map(_event_frame, ready), _frame("resync", {"after": sequencer.last})], True
+        resync = _frame("resync", {"after": sequencer.last})
+        return [*follow.event_frames(ready), resync], True
     if gap:
         ready += await sequencer.fill()
-    return [_event_frame(event) for event in ready], False
+    return follow.event_frames(ready), False
 
 
 async def _session_reply(
-    sequencer: Sequencer, watcher: Watcher, message: dict[str, Any]
+    follow: _Follow, watcher: Watcher, message: dict[str, Any]
 ) -> tuple[list[str], bool]:
     """The frames a message of the session's group becomes, and whether the stream
     ends with them."""
-    if (last := await _access_reply(message, watcher, sequencer.session_id)) is not None:
+    if (last := await _access_reply(message, watcher, follow.sequencer.session_id)) is not None:
         return [last], True
     if message["type"] == "run.delta":
-        return [_frame("delta", {k: message[k] for k in ("run", "turn", "text")})], False
+        frames = _delta_frames(follow.stitcher.delta(message))
+        return frames + await _checkpoint_frames(follow), False
     if message["type"] == "session.events":
-        return await _live_frames(sequencer, message["events"])
+        return await _live_frames(follow, message["events"])
     return [], False
+
+
+async def _caught_up_frames(follow: _Follow) -> AsyncIterator[str]:
+    """The stored events, then the text the answers being written now streamed so
+    far (events stored while it was read, those turns' turn.started among them,
+    before it), then ``caught_up``."""
+    async for event_frame in _stored_frames(follow):
+        yield event_frame
+    texts = await streaming_turns(follow.sequencer.session_id)
+    async for event_frame in _stored_frames(follow):
+        yield event_frame
+    for delta_frame in _delta_frames(follow.stitcher.caught_up(texts)):
+        yield delta_frame
+    yield _frame("caught_up", {"seq": follow.sequencer.last})
 
 
 async def _session_frames(
     layer: Any, channel: str, watcher: Watcher, sequencer: Sequencer
 ) -> AsyncIterator[str]:
     groups = (session_group(sequencer.session_id), *watcher.groups())
+    follow = _Follow(sequencer)
     try:
         # Joined here, once the response is being sent, so that leaving is in the
         # same ``finally`` (a client gone before that never joins); still before
@@ -207,18 +253,19 @@ async def _session_frames(
         if await still_allowed(watcher, sequencer.session_id) is None:
             yield _ACCESS_REVOKED
             return
-        async for frame in _stored_frames(sequencer):
+        async for frame in _caught_up_frames(follow):
             yield frame
-        yield _frame("caught_up", {"seq": sequencer.last})
         async for message in _messages(channel):
             if message is None:
                 # Quiet for a while: also look for events the layer may have
                 # dropped at the end of a run (no later event shows that gap).
-                async for frame in _stored_frames(sequencer):
+                async for frame in _stored_frames(follow):
+                    yield frame
+                for frame in await _checkpoint_frames(follow):
                     yield frame
                 yield KEEPALIVE
                 continue
-            frames, ended = await _session_reply(sequencer, watcher, message)
+            frames, ended = await _session_reply(follow, watcher, message)
             for frame in frames:
                 yield frame
             if ended:

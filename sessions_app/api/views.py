@@ -32,6 +32,14 @@ from sessions_app.models import ApiToken, Session
 from sessions_app.selectors import sessions_with_usage
 
 
+class ActivityCursor(Cursor):
+    """Sessions the most recently active first (``last_activity_at``, moved by every
+    event recorded in the session), as a chat list shows them; ``?ordering=`` picks
+    ``created_at`` or ``last_activity_at``, either way round, instead."""
+
+    ordering = "-last_activity_at"
+
+
 @extend_validation_errors(["unknown_agent"], field_name="agent", actions=["create"])
 @extend_validation_errors(
     ["invalid", "too_large", "null_characters_not_allowed"],
@@ -42,7 +50,14 @@ from sessions_app.selectors import sessions_with_usage
 @extend_validation_errors(["invalid"], field_name="created_after", actions=["list"])
 @extend_validation_errors(["invalid"], field_name="created_before", actions=["list"])
 @extend_schema_view(
-    list=extend_schema(summary="List sessions", description="Your sessions, newest first."),
+    list=extend_schema(
+        summary="List sessions",
+        description="Your sessions, the most recently active first (by "
+        "`last_activity_at`, the time of the session's newest event: a message sent "
+        "moves its session to the top). `?ordering=created_at` (or `-created_at`, "
+        "`last_activity_at`) orders them otherwise. A session that becomes active "
+        "while a client pages may show again on an earlier page.",
+    ),
     retrieve=extend_schema(summary="Get a session"),
     destroy=extend_schema(
         summary="Delete a session",
@@ -57,9 +72,9 @@ class SessionViewSet(
 ):
     owner_lookup = "owner"
     serializer_class = SessionSerializer
-    pagination_class = Cursor
+    pagination_class = ActivityCursor
     filterset_class = SessionFilter
-    ordering_fields = ["created_at"]
+    ordering_fields = ["created_at", "last_activity_at"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def base_queryset(self) -> QuerySet[Session]:

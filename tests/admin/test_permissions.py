@@ -104,6 +104,7 @@ def test_the_migration_creates_auditors_and_operators():
         "runs_app.view_run",
         "runs_app.view_turn",
         "runs_app.view_toolcall",
+        "runs_app.view_score",
         "memory_app.view_memoryentry",
         "memory_app.view_memoryrevision",
     }

@@ -18,6 +18,7 @@ from django.utils import timezone
 from goaai.runtime.types import Usage
 from runs_app import services
 from runs_app.models import ModelPrice, Run
+from sessions_app.models import RunEvent
 from tests.factories import (
     ModelPriceFactory,
     RunFactory,
@@ -305,8 +306,23 @@ def test_a_model_retry_is_a_row_of_its_own(operator, priced_run):
     response = run_timeline(operator, priced_run, type="model.retry")
     page = text_of(response)
 
-    assert "Retried after 2.1 s: rate_limited — 429 Too Many Requests · attempt 1 failed" in page
+    assert "Retried after 2.1 s: rate_limited · attempt 1 failed" in page
+    # The event is its owner's to read too: the provider's words are not in its
+    # row (the turn's panel keeps them for operators, see below).
+    assert "attempt 1 failed — 429" not in page
     assert 'tl-badge-retried">model.retry' in response.content.decode()
+
+
+def test_the_provider_words_of_a_retry_are_kept_for_operators(operator, priced_run):
+    turn = priced_run.turns.get()
+    assert [(e["attempt"], e["error_kind"], e["message"]) for e in turn.retry_errors] == [
+        (1, "rate_limited", "429 Too Many Requests")
+    ]
+    assert "429" not in str(RunEvent.objects.get(type="model.retry").data)
+
+    page = text_of(run_timeline(operator, priced_run))
+
+    assert "attempt 1 · rate_limited: 429 Too Many Requests" in page
 
 
 def test_the_compact_view_says_a_turn_was_cut_off(operator, priced_run):

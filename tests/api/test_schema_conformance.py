@@ -148,6 +148,8 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
     Run.objects.filter(pk=stopped.run_id).update(status=RunStatus.CANCELED)
     world.add("run:retry", stopped.run_id, done.id, bobs_run.id)
     world.add("run:respond", question.id, approval.id, done.id, bobs_run.id, choosing.id)
+    # DELETE /runs/{id}/feedback/ takes back feedback: the run stays.
+    world.add("run:delete", done.id, stopped.run_id, bobs_run.id)
     world.add("turn", *Turn.objects.values_list("id", flat=True))
     world.add("tool_call", *ToolCall.objects.values_list("id", flat=True))
     world.add("tool_call:respond", waiting_call.id)
@@ -209,6 +211,15 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
             {"url": WEBHOOK_URL, "events": ["session.ended"], "description": "CRM"},
         ],
         "PATCH /webhooks/{id}/": [{"active": False}, {"events": ["run.failed"]}],
+        "POST /runs/{id}/feedback/": [
+            {"value": "up"},
+            {"value": "down", "comment": "It named the wrong city."},
+        ],
+        "PATCH /me/preferences/": [
+            {"time_zone": "Europe/Rome"},
+            {"shortcuts_enabled": False},
+            {"time_zone": "", "shortcuts_enabled": True},
+        ],
         "PATCH /memory/{id}/": [
             {"value": "blue", "version": 1},
             {"value": ["a", 1], "version": 2},

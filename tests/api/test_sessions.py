@@ -32,10 +32,11 @@ def _url(session: Session | uuid.UUID | str, suffix: str = "") -> str:
 
 
 def _session_at(owner, *, minutes_ago: float, **fields) -> Session:
-    """A session created ``minutes_ago`` (``created_at`` is set on insert, so moved after)."""
+    """A session created ``minutes_ago`` and quiet since (``created_at`` is set on
+    insert, so moved after, with its last activity)."""
     session = SessionFactory(owner=owner, **fields)
     created = timezone.now() - dt.timedelta(minutes=minutes_ago)
-    Session.objects.filter(pk=session.pk).update(created_at=created)
+    Session.objects.filter(pk=session.pk).update(created_at=created, last_activity_at=created)
     session.refresh_from_db()
     return session
 
@@ -83,7 +84,54 @@ def test_list_shows_the_callers_sessions_newest_first(api, owner, other_user):
         "created_at",
         "updated_at",
         "ended_at",
+        "last_activity_at",
     }
+
+
+def test_list_shows_the_most_recently_active_first(api, owner):
+    quiet = _session_at(owner, minutes_ago=1, title="Quiet")
+    revived = _session_at(owner, minutes_ago=60, title="Revived")
+    # Renaming the old session is activity: its event moves the session's.
+    assert api.patch(_url(revived), {"title": "Revived again"}, format="json").status_code == 200
+
+    response = api.get(SESSIONS)
+
+    assert _ids(response) == [str(revived.pk), str(quiet.pk)]
+    first = response.json()["results"][0]
+    newest = RunEvent.objects.filter(session=revived).order_by("-seq").first()
+    assert newest is not None
+    assert dt.datetime.fromisoformat(first["last_activity_at"]) == newest.created_at
+    assert dt.datetime.fromisoformat(first["created_at"]) < newest.created_at
+
+
+@pytest.mark.parametrize(
+    ("ordering", "expected"),
+    [
+        ("created_at", ["old", "middle", "new"]),
+        ("-created_at", ["new", "middle", "old"]),
+        ("last_activity_at", ["new", "old", "middle"]),
+        ("-last_activity_at", ["middle", "old", "new"]),
+        # Anything else orders as by default.
+        ("title", ["middle", "old", "new"]),
+    ],
+)
+def test_list_orders_by_creation_or_activity_on_request(api, owner, ordering, expected):
+    made = {
+        "old": _session_at(owner, minutes_ago=30),
+        "middle": _session_at(owner, minutes_ago=20),
+        "new": _session_at(owner, minutes_ago=10),
+    }
+    now = timezone.now()
+    for name, minutes in (("old", 5), ("middle", 1), ("new", 15)):
+        Session.objects.filter(pk=made[name].pk).update(
+            last_activity_at=now - dt.timedelta(minutes=minutes)
+        )
+    names = {str(session.pk): name for name, session in made.items()}
+
+    first = api.get(SESSIONS, {"ordering": ordering, "page_size": 2})
+    assert first.status_code == 200
+    rest = api.get(first.json()["next"])
+    assert [names[i] for i in _ids(first) + _ids(rest)] == expected
 
 
 def test_list_of_another_user_does_not_include_the_owners_sessions(api, other_api, owner):

@@ -367,8 +367,9 @@ def test_the_query_count_does_not_grow_with_the_runs(
     api, session, prices, group_by, django_assert_num_queries
 ):
     api.get(USAGE)  # the token's first use of the minute is noted with a write
-    # The token and its user, the sums, the turns counted (by model, one query does both).
-    expected = 2 if group_by == "model" else 3
+    # The token and its user, the sums, the turns counted (by model, one query does
+    # both), the feedback counted.
+    expected = 3 if group_by == "model" else 4
     for rows in (0, 1, 4):
         while Run.objects.count() < rows:
             make_run(

@@ -156,6 +156,15 @@ class LiveServer:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
 
+    def kill(self) -> None:
+        """Ends the server as a crash does (SIGKILL): nothing it was doing is wound
+        down, its runs are left as they were recorded. ``start()`` brings it back."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
     def log_size(self) -> int:
         return self.log_path.stat().st_size if self.log_path.exists() else 0
 

@@ -140,7 +140,7 @@ def test_stop_a_waiting_run_with_the_button_and_with_escape(page, alice_api):
     expect(composer_form).to_have_attribute("data-state", "waiting")
     stop_button.click()
     wait_run(run, "canceled")
-    expect(run.get_by_test_id("run-status")).to_have_text("Stopped")
+    expect(run.get_by_test_id("run-status")).to_have_text("Stopped by you")
     expect(card).to_have_attribute("data-state", "canceled")
     expect(card.get_by_test_id("answer-button")).to_have_count(0)
     expect(stop_button).to_be_hidden()

@@ -85,7 +85,7 @@ def test_a_queued_message_can_be_taken_back_before_it_starts(page: Any, alice_ap
     queued.get_by_test_id("cancel-queued").click()
 
     wait_run(queued, "canceled")
-    expect(queued.get_by_test_id("run-status")).to_have_text("Stopped")
+    expect(queued.get_by_test_id("run-status")).to_have_text("Stopped by you")
     assert story.get_attribute("data-status") == "running"
     page.get_by_test_id("stop-button").click()
     wait_run(story, "canceled")

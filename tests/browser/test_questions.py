@@ -28,7 +28,7 @@ def test_one_click_on_a_choice_answers_the_question(page, alice_api):
 
     expect(card).to_have_attribute("data-state", "succeeded")
     expect(card.get_by_test_id("decision-note")).to_contain_text("Answered by you")
-    expect(card.get_by_test_id("decision-note")).to_contain_text("coffee")
+    expect(card.get_by_test_id("question-answer")).to_have_text("Answer: coffee")
     expect(card.get_by_test_id("choice-button")).to_have_count(0)
     wait_run(run, "completed")
     expect(answer(run)).to_have_text("You chose coffee.")
@@ -60,7 +60,7 @@ def test_several_choices_toggle_and_send_answers_with_them(page, alice_api):
     expect(card).to_have_attribute("data-state", "succeeded")
     wait_run(run, "completed")
     expect(answer(run)).to_have_text("You chose tea and water.")
-    expect(card.get_by_test_id("decision-note")).to_contain_text("tea, water")
+    expect(card.get_by_test_id("question-answer")).to_have_text("Answer: tea, water")
 
 
 def test_a_question_with_choices_takes_words_of_ones_own(page, alice_api):
@@ -74,4 +74,4 @@ def test_a_question_with_choices_takes_words_of_ones_own(page, alice_api):
 
     wait_run(run, "completed")
     expect(answer(run)).to_have_text("You answered: lemonade.")
-    expect(card.get_by_test_id("decision-note")).to_contain_text("lemonade")
+    expect(card.get_by_test_id("question-answer")).to_have_text("Answer: lemonade")

@@ -2,13 +2,8 @@
 
 The command is driven through ``call_command`` with its output captured; runs are
 executed inline. Where the agent waits for a person, the terminal's ``input`` is
-replaced by the answers a user would type.
-
-For each message the command starts a thread that waits for the run. That thread
-never gives its database connection back (see
-``test_each_message_gives_its_database_connection_back``), which on PostgreSQL
-drains the connection pool for every later test; ``waiters`` notes whether it did
-and then closes it.
+replaced by the answers a user would type. (A real terminal, with streaming and
+Ctrl-C: ``test_chat_terminal.py``.)
 """
 
 from __future__ import annotations
@@ -18,20 +13,21 @@ import io
 import json
 import re
 import threading
-import types
 
 import pytest
+from channels.layers import get_channel_layer
 from django.core.management import CommandError, call_command
-from django.db import OperationalError, connections
 
 from goaai.runtime import rt
 from goaai.runtime.agents import ASSISTANT, AgentRegistry
 from goaai.runtime.conversation import ConversationSettings
-from goaai.runtime.vocabulary import Multitask, RunStatus, ToolCallStatus
+from goaai.runtime.vocabulary import Multitask, RunStatus, StopKind, ToolCallStatus
 from memory_app.models import MemoryEntry
-from runs_app.management.commands import chat as chat_command
 from runs_app.models import Run, ToolCall
+from runs_app.terminal import feed as feed_module
+from runs_app.terminal.transcript import Transcript
 from sessions_app.models import Session
+from sessions_app.publisher import publisher, session_group
 
 
 def chat(*args: str) -> list[str]:
@@ -40,51 +36,14 @@ def chat(*args: str) -> list[str]:
     return out.getvalue().splitlines()
 
 
-class ClosingThread(threading.Thread):
-    """A thread that notes whether its job left a database connection open, then
-    closes it."""
-
-    started: list[ClosingThread]
-    left_open = False
-
-    def start(self) -> None:
-        self.started.append(self)
-        super().start()
-
-    def run(self) -> None:
-        try:
-            super().run()
-        finally:
-            self.left_open = any(
-                c.connection is not None for c in connections.all(initialized_only=True)
-            )
-            connections.close_all()
-
-
-@pytest.fixture(autouse=True)
-def waiters(monkeypatch) -> list[ClosingThread]:
-    """The command's waiting threads (which ``ClosingThread`` cleans up after)."""
-    started: list[ClosingThread] = []
-    monkeypatch.setattr(ClosingThread, "started", started, raising=False)
-
-    shim = types.SimpleNamespace(Thread=ClosingThread, Event=threading.Event)
-    monkeypatch.setattr(chat_command, "threading", shim)
-    return started
-
-
 @pytest.fixture
-def typed(monkeypatch, waiters):
+def typed(monkeypatch):
     """Answers the user types at the terminal's prompts, in order; the prompts
     shown are kept. An exhausted list is the end of input (Ctrl-D)."""
     answers: list[str] = []
     prompts: list[str] = []
 
     def fake_input(prompt: str = "") -> str:
-        # A person takes longer to type than the command's waiting thread takes to
-        # read the run: let it finish. (SQLite's shared in-memory test database
-        # refuses a reader during a write instead of waiting.)
-        for waiter in waiters:
-            waiter.join(timeout=10)
         prompts.append(prompt)
         if not answers:
             raise EOFError
@@ -101,7 +60,7 @@ def test_a_message_shows_the_tool_call_its_result_and_the_answer(inline_runtime,
     session = Session.objects.get()
     assert (session.owner, session.agent, session.title) == (owner, "assistant", "Terminal chat")
     assert len(lines) == 4
-    assert lines[0] == f"Session {session.id} with assistant. Ctrl-D to leave."
+    assert lines[0] == f"Session {session.id} with assistant. Ctrl-C stops a run, Ctrl-D leaves."
     assert lines[1] == '  -> calculator({"expression": "2*3"})'
     shown, _, result = lines[2].partition(": ")
     # (PostgreSQL's jsonb keeps its own key order: compare the JSON, not the text.)
@@ -174,7 +133,7 @@ def test_session_continues_an_earlier_conversation(inline_runtime, owner):
     lines = chat("--session", str(session.id), "--message", "what is my favourite colour?")
 
     assert lines[:2] == [
-        f"Session {session.id} with assistant. Ctrl-D to leave.",
+        f"Session {session.id} with assistant. Ctrl-C stops a run, Ctrl-D leaves.",
         "(continuing after 1 earlier runs)",
     ]
     assert lines[-1] == "assistant> Your favourite colour is green."
@@ -204,14 +163,36 @@ def test_the_agents_question_is_answered_at_the_terminal(inline_runtime, owner, 
 
     lines = chat("--user", "alice", "--message", "ask me for my name")
 
-    assert prompts == ["What is your name? > "]
-    assert lines[-1] == "assistant> Thanks! Your name is Ada."
+    assert prompts == ["Answer: "]
+    assert lines[1:] == [
+        "  ? What is your name?",
+        '  <- ask_user: {"answer": "Ada"}',
+        "assistant> Thanks! Your name is Ada.",
+    ]
     call = ToolCall.objects.get()
     assert (call.name, call.status, call.result) == (
         "ask_user",
         ToolCallStatus.SUCCEEDED,
         {"answer": "Ada"},
     )
+    assert call.decided_by == owner
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_question_with_choices_shows_them_numbered_and_takes_a_number(
+    inline_runtime, owner, typed
+):
+    answers, prompts = typed
+    answers.append("2")
+
+    lines = chat("--user", "alice", "--message", "ask me to choose between tea, coffee or water")
+
+    shown = lines.index("    1. tea")
+    assert lines[shown - 1].startswith("  ? ")
+    assert lines[shown : shown + 3] == ["    1. tea", "    2. coffee", "    3. water"]
+    assert prompts == ["Answer (a number, or in words): "]
+    call = ToolCall.objects.get(name="ask_user")
+    assert call.result == {"answer": "coffee", "chosen": ["coffee"]}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -219,7 +200,7 @@ def test_the_agents_question_is_answered_at_the_terminal(inline_runtime, owner, 
     ("typed_answers", "status", "answer", "remembered"),
     [
         (
-            ["y"],
+            ["y", ""],
             ToolCallStatus.SUCCEEDED,
             "assistant> Done. I've forgotten everything in this conversation: favourite colour.",
             False,
@@ -243,20 +224,48 @@ def test_a_call_that_needs_approval_is_asked_about_at_the_terminal(
 
     lines = chat("--session", str(session.id), "--message", "forget everything")
 
-    assert prompts[0] == "Allow memory_forget_all({})? [y/N] "
+    assert "  ? memory_forget_all({}) waits for your approval" in lines
+    assert prompts == ["Approve? [y/N] ", "Reason (optional): "]
     assert lines[-1] == answer
     call = ToolCall.objects.get(name="memory_forget_all")
-    assert call.status == status
+    assert (call.status, call.decided_by) == (status, owner)
     assert MemoryEntry.objects.filter(session_id=session.id).exists() is remembered
 
 
 @pytest.mark.django_db(transaction=True)
-def test_closing_the_terminal_at_a_question_cancels_the_run(inline_runtime, owner, typed):
-    lines = chat("--user", "alice", "--message", "ask me for my name")
+def test_a_question_of_an_agent_called_as_a_tool_is_answered_at_the_terminal(
+    inline_runtime, owner, typed
+):
+    """The concierge asks the assistant, which asks the user: the terminal asks,
+    and the answer goes to the assistant's run."""
+    answers, prompts = typed
+    answers.append("Ada")
 
-    assert lines[-1] == "run canceled: the terminal closed"
+    lines = chat(
+        "--agent",
+        "concierge",
+        "--user",
+        "alice",
+        "--message",
+        "ask the assistant ask me for my name",
+    )
+
+    assert prompts == ["Answer: "]
+    assert "  ? What is your name?" in lines
+    child = Run.objects.get(parent_run__isnull=False)
+    assert child.status == RunStatus.COMPLETED
+    assert ToolCall.objects.get(run=child, name="ask_user").result == {"answer": "Ada"}
+    assert Run.objects.get(parent_run__isnull=True).status == RunStatus.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_closing_the_terminal_at_a_question_stops_the_run_and_leaves(inline_runtime, owner, typed):
+    lines = chat("--user", "alice", "--message", "ask me for my name", "--message", "echo hi")
+
+    assert lines[-1] == "Stopped."
     run = Run.objects.get()
     assert (run.status, run.cancel_reason) == (RunStatus.CANCELED, "the terminal closed")
+    assert (run.cancel_kind, run.cancel_requested_by) == (StopKind.USER, owner)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -271,68 +280,53 @@ def test_without_messages_the_command_reads_lines_until_end_of_input(inline_runt
         "assistant> two",
     ]
     assert prompts == ["you> "] * 4
-    assert re.fullmatch(r"Session \S+ with assistant\. Ctrl-D to leave\.", lines[0])
+    assert re.fullmatch(
+        r"Session \S+ with assistant\. Ctrl-C stops a run, Ctrl-D leaves\.", lines[0]
+    )
     assert Run.objects.count() == 2
 
 
-class _Abandoned(Exception):
-    pass
-
-
 @pytest.mark.django_db(transaction=True)
-def test_the_command_does_not_hang_when_waiting_for_the_run_fails(
+def test_the_answer_comes_through_the_live_feed_as_it_is_written(
     inline_runtime, owner, monkeypatch
 ):
-    """The thread that waits for the run can fail (a dropped connection, an
-    exhausted pool); the command must not then wait for it for ever."""
+    pieces: list[str] = []
+    shown = Transcript.delta
 
-    def broken_wait(run_id, timeout=None):
-        raise OperationalError("couldn't get a connection after 10.00 sec")
+    def delta(self, piece):
+        pieces.append(piece.text)
+        shown(self, piece)
 
-    # Only the command's waiting thread calls rt.wait.
-    monkeypatch.setattr(inline_runtime, "wait", broken_wait)
-    # The command polls with time.sleep: a switch to stop it if it hangs.
-    abandon = threading.Event()
+    monkeypatch.setattr(Transcript, "delta", delta)
 
-    def sleep(seconds: float) -> None:
-        if abandon.is_set():
-            raise _Abandoned
-        abandon.wait(seconds)
+    lines = chat("--user", "alice", "--message", "echo one two three")
 
-    monkeypatch.setattr(chat_command, "time", types.SimpleNamespace(sleep=sleep))
-    outcome: dict[str, object] = {}
-
-    def run_command() -> None:
-        try:
-            outcome["lines"] = chat("--user", "alice", "--message", "calculate 2*3")
-        except _Abandoned:
-            outcome["hung"] = True
-        finally:
-            connections.close_all()
-
-    command = threading.Thread(target=run_command)
-    command.start()
-    command.join(timeout=2)
-    abandon.set()
-    command.join(timeout=10)
-
-    assert "hung" not in outcome, "the command kept waiting after its waiting thread failed"
-    assert outcome["lines"][-1] == "assistant> 2*3 = 6"
+    assert pieces == ["one ", "two ", "three"]
+    assert lines[-1] == "assistant> one two three"
 
 
-# An in-memory SQLite database ignores close(), so only PostgreSQL can tell.
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_each_message_gives_its_database_connection_back(inline_runtime, owner, waiters):
-    """A terminal chat is a long-lived process: a connection kept per message
-    empties PostgreSQL's connection pool (10 by default), after which every
-    message waits for a connection that never comes."""
-    chat("--user", "alice", "--message", "echo one", "--message", "echo two")
+def test_without_a_channel_layer_the_chat_follows_the_database(inline_runtime, owner, monkeypatch):
+    monkeypatch.setattr(feed_module, "get_channel_layer", lambda: None)
 
-    for waiter in waiters:
-        waiter.join(timeout=10)
-    assert len(waiters) == 2
-    assert [w.left_open for w in waiters] == [False, False]
+    lines = chat("--user", "alice", "--message", "calculate 2*3")
+
+    assert lines[1] == (
+        "(no live updates: no channel layer is configured; each step shows once it is recorded)"
+    )
+    assert lines[-1] == "assistant> 2*3 = 6"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_feed_leaves_nothing_behind(inline_runtime, owner):
+    """A chat that ended is no subscriber any more, and its thread is gone."""
+    chat("--user", "alice", "--message", "echo one")
+
+    session = Session.objects.get()
+    layer = get_channel_layer()
+    assert not layer.groups.get(session_group(session.id))
+    assert "goaai-chat-feed" not in {thread.name for thread in threading.enumerate()}
+    assert publisher._server_loop is None or not publisher._server_loop.is_closed()
 
 
 @pytest.mark.django_db(transaction=True)

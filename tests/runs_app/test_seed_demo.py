@@ -101,6 +101,16 @@ def test_each_sessions_log_is_numbered_one_to_n_with_last_event_seq_matching():
             assert EventType.SESSION_ENDED not in types
 
 
+def test_each_sessions_last_activity_is_its_newest_event():
+    _seed()
+
+    sessions = Session.objects.annotate(newest=Max("events__created_at"))
+    assert len({session.last_activity_at for session in sessions}) == SESSIONS
+    for session in sessions:
+        assert session.last_activity_at == session.newest
+        assert session.created_at <= session.last_activity_at <= timezone.now()
+
+
 def test_each_run_is_logged_in_the_order_a_real_run_writes_it():
     _seed()
 
@@ -248,7 +258,9 @@ class _StoppedWhileAnswering(ScriptedModel):
             return reply
         first, rest = reply.text.split(" ", 1)
         on_delta(f"{first} ")
-        rt.cancel_run(Run.objects.get(status=RunStatus.RUNNING).pk, reason="canceled by the user")
+        stopping = Run.objects.select_related("session").get(status=RunStatus.RUNNING)
+        # Its own user presses Stop: the run says who stopped it.
+        rt.cancel_run(stopping.pk, reason="canceled by the user", by=stopping.session.owner_id)
         on_delta(rest)
         return reply
 

@@ -17,6 +17,7 @@ import pytest
 from django.utils import timezone
 
 from goaai.runtime.errors import IllegalTransition, NotFound
+from goaai.runtime.public_errors import ERROR_SENTENCES
 from goaai.runtime.types import Usage
 from goaai.runtime.vocabulary import (
     RUN_TRANSITIONS,
@@ -181,15 +182,21 @@ def test_legal_transition_changes_the_run_and_appends_its_event(source, move):
             "Slow down.",
             True,
         )
+        # Its owner reads the event: plain words, the provider's stay on the run.
         assert data == {
-            "error": {"kind": "rate_limited", "message": "Slow down.", "retryable": True}
+            "error": {
+                "kind": "rate_limited",
+                "message": ERROR_SENTENCES["rate_limited"],
+                "retryable": True,
+            }
         }
     elif move.name == "run_time_out":
         assert (run.error_kind, run.error_message) == ("timeout", "Out of time.")
         assert data == {"error": {"kind": "timeout", "message": "Out of time.", "retryable": False}}
     elif move.name == "run_cancel":
         assert run.cancel_reason == "user_requested"
-        assert data == {"reason": "user_requested"}
+        # Nobody was named as asking: who stopped it is not known.
+        assert data == {"reason": "user_requested", "stopped_by": None}
 
 
 @pytest.mark.parametrize(("source", "move"), ILLEGAL)
@@ -249,7 +256,7 @@ def test_request_cancel_cancels_a_run_that_no_loop_is_stepping_through_at_once(s
     assert run.ended_at is not None
     assert run.cancel_reason == "user_requested"
     assert [(e.type, e.data) for e in _events(run)] == [
-        (EventType.RUN_CANCELED, {"reason": "user_requested"})
+        (EventType.RUN_CANCELED, {"reason": "user_requested", "stopped_by": None})
     ]
 
 
@@ -382,11 +389,16 @@ def test_a_run_whose_worker_died_is_taken_over_and_says_so():
     assert (run.status, run.lease_owner) == (RunStatus.RUNNING, "worker-2")
     assert run.started_at == before["started_at"]
     assert run.lease_expires_at > timezone.now()
+    # Its worker kept no lease: told lost, then taken over.
     assert [(e.type, e.data) for e in _events(run)] == [
+        (
+            EventType.RUN_INTERRUPTED,
+            {"cause": "lease_expired", "reason": "its lease expired", "worker": "dead-worker"},
+        ),
         (
             EventType.RUN_RESUMED,
             {"reason": "worker_lost", "previous_worker": "dead-worker", "worker": "worker-2"},
-        )
+        ),
     ]
 
 

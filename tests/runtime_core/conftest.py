@@ -92,7 +92,9 @@ class Engine:
             policy_decisions=decisions,
         )
 
-    def loop(self, *, publish: Callable[[RunContext, UUID, str], None] | None = None) -> TurnLoop:
+    def loop(
+        self, *, publish: Callable[[RunContext, UUID, str, int], None] | None = None
+    ) -> TurnLoop:
         return TurnLoop(
             store=self.store,
             agents=self.agents,

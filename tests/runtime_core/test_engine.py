@@ -15,8 +15,10 @@ from uuid import UUID
 import pytest
 
 from goaai.runtime.agents import Agent, AgentRegistry
+from goaai.runtime.context import estimated_usage, tools_tokens
 from goaai.runtime.errors import IllegalTransition
 from goaai.runtime.loop import MAX_DELEGATION_DEPTH
+from goaai.runtime.models import ToolSpec
 from goaai.runtime.models.scripted import STORY
 from goaai.runtime.types import Message, ModelReply, RunContext, ToolCallRequest, ToolOutcome
 from goaai.runtime.vocabulary import EventType, RunStatus, ToolCallStatus
@@ -332,13 +334,16 @@ def test_a_parent_waits_while_the_agent_it_called_waits_for_approval(engine):
 def test_canceling_a_parent_stops_the_agent_it_waits_for(engine):
     parent_id, child_id = _concierge_waiting_for_its_child(engine)
 
-    canceled = engine.store.request_cancel(parent_id, "user_requested")
+    canceled = engine.store.request_cancel(parent_id, "user_requested", by=ALICE)
 
     assert canceled.status == RunStatus.CANCELED
     child = engine.store.get_run(child_id)
     assert child.status == RunStatus.CANCELED
+    # Whoever stopped the parent stopped the agent it asked too.
+    by_alice = {"kind": "user", "user": "alice", "rule": None}
+    assert engine.events(parent_id, E.RUN_CANCELED)[0]["stopped_by"] == by_alice
     assert engine.events(child_id, E.RUN_CANCELED) == [
-        {"reason": f"its parent run {parent_id} ended canceled"}
+        {"reason": f"its parent run {parent_id} ended canceled", "stopped_by": by_alice}
     ]
     (ask,) = engine.calls(parent_id)
     assert ask.status == ToolCallStatus.CANCELED
@@ -408,6 +413,9 @@ def test_a_policy_cap_ends_the_run_and_says_which_rule_did(
         {"rule": rule, "verdict": "stop", "reason": reason}
     ]
     assert engine.event_types(info.id)[-2:] == [E.POLICY_DECISION, f"run.{status}"]
+    # The run's end tells who stopped it: the policy, by that rule.
+    (ended,) = engine.events(info.id, f"run.{status}")
+    assert ended["stopped_by"] == {"kind": "policy", "user": None, "rule": rule}
 
 
 # Cancel
@@ -420,7 +428,8 @@ def test_a_cancel_requested_while_a_tool_runs_stops_the_run_after_it(engine):
     flagged: list[str] = []
 
     def cancel_then_release() -> None:
-        flagged.append(engine.store.request_cancel(run.id, "user_requested").status)
+        # Bob is not the run's user: his stop is an operator's.
+        flagged.append(engine.store.request_cancel(run.id, "user_requested", by=BOB).status)
         PROBE.release.set()
 
     PROBE.on_start = cancel_then_release
@@ -439,7 +448,12 @@ def test_a_cancel_requested_while_a_tool_runs_stops_the_run_after_it(engine):
     types = engine.event_types(run.id)
     assert types[-1] == E.RUN_CANCELED
     assert types.count(E.TURN_STARTED) == 1
-    assert engine.events(run.id, E.RUN_CANCELED) == [{"reason": "user_requested"}]
+    assert engine.events(run.id, E.RUN_CANCELED) == [
+        {
+            "reason": "user_requested",
+            "stopped_by": {"kind": "operator", "user": "bob", "rule": None},
+        }
+    ]
 
 
 def test_a_cancel_while_the_model_streams_stops_the_answer_and_keeps_what_was_said(
@@ -452,7 +466,7 @@ def test_a_cancel_while_the_model_streams_stops_the_answer_and_keeps_what_was_sa
     monkeypatch.setattr("goaai.runtime.models.scripted.STORY_PACE", 0.0)
     words: list[str] = []
 
-    def publish(context: RunContext, turn_id: UUID, text: str) -> None:
+    def publish(context: RunContext, turn_id: UUID, text: str, offset: int) -> None:
         words.append(text)
         if len(words) == 5:
             engine.store.request_cancel(context.run_id, "user_requested")
@@ -665,27 +679,124 @@ def test_a_run_whose_answer_was_recorded_before_its_worker_died_ends_with_it(eng
     assert PROBE.executed == []
 
 
-def test_a_turn_whose_reply_was_lost_is_asked_again(engine):
+def test_a_turn_whose_worker_died_mid_answer_is_closed_and_asked_again(engine):
     run_id = _dead_worker_recorded(engine, "note", [])
-    # The worker began the first turn and died before the model answered it.
+    # The worker began the first turn, checkpointed what the model had said so far,
+    # and died before the model finished.
+    sent = [Message(role="user", content="note")]
     lost = engine.store.start_turn(
-        run_id=run_id,
-        index=0,
-        model="plan",
-        messages=[Message(role="user", content="note").as_dict()],
+        run_id=run_id, index=0, model="plan", messages=[m.as_dict() for m in sent]
     )
+    engine.store.checkpoint_turn(turn_id=lost, text="Let me take a n")
     _lose_the_worker(engine)
 
     info = engine.execute(run_id)
 
     assert (info.status, info.output) == (RunStatus.COMPLETED, "done: note ok")
-    turns = engine.store.turns(run_id)
-    assert [t.index for t in turns] == [0, 1]
-    assert turns[0].id == lost
-    assert turns[0].ended
-    restarted = [e for e in engine.events(run_id, E.TURN_STARTED) if e.get("restarted")]
-    assert restarted == [{"turn": str(lost), "index": 0, "model": "plan", "restarted": True}]
+    crashed, asked_again, answered = engine.store.turns(run_id)
+    # The lost turn keeps what was said, is closed as crashed, and the model is asked
+    # again with the same messages in a turn of its own.
+    assert (crashed.id, crashed.ended, crashed.interruption) == (lost, True, "crashed")
+    assert crashed.response_text == "Let me take a n"
+    assert (asked_again.index, asked_again.request_messages) == (1, tuple(sent))
+    assert answered.index == 2
     assert PROBE.executed == ["note:step1"]
+    # Taking over from the dead worker said so: interrupted, then resumed.
+    types = engine.event_types(run_id)
+    assert types.index(E.RUN_INTERRUPTED) < types.index(E.RUN_RESUMED)
+    assert engine.events(run_id, E.RUN_INTERRUPTED) == [
+        {"cause": "lease_expired", "reason": "its lease expired", "worker": "dead-worker"}
+    ]
+    # Its text is no message of the conversation: the answer asked again is.
+    completed = engine.events(run_id, E.TURN_COMPLETED)[0]
+    assert (completed["turn"], completed["interruption"]) == (str(lost), "crashed")
+    assert completed["usage_estimated"] is True
+    assert str(lost) not in [e["turn"] for e in engine.events(run_id, E.MESSAGE_COMPLETED)]
+    # Its usage is estimated from what it was sent and said, and the run counts it.
+    estimate = estimated_usage(sent, "Let me take a n")
+    lost_usage = engine.events(run_id, E.USAGE)[0]
+    assert (lost_usage["input_tokens"], lost_usage["output_tokens"]) == (
+        estimate.input_tokens + tools_tokens(_planner_specs(engine)),
+        estimate.output_tokens,
+    )
+    assert info.usage.output_tokens == estimate.output_tokens + 2 * TURN_USAGE.output_tokens
+
+
+def test_turns_lost_with_their_workers_do_not_count_against_the_turn_cap(engine):
+    run = engine.create("turn_capped", "tick")
+    store = engine.store
+    sent = [{"role": "user", "content": "tick"}]
+    assert store.claim_run(run.id, owner="dead-worker", lease_seconds=LEASE_SECONDS)
+    first = store.start_turn(run_id=run.id, index=0, model="x", messages=sent)
+    _lose_the_worker(engine)
+    # A second worker took the run over, closed the lost turn, asked again, and
+    # died in that turn too.
+    assert store.claim_run(run.id, owner="second-dead-worker", lease_seconds=LEASE_SECONDS)
+    store.complete_turn(
+        turn_id=first,
+        reply=ModelReply(),
+        latency_ms=0,
+        interruption="crashed",
+        usage_estimated=True,
+    )
+    store.start_turn(run_id=run.id, index=1, model="x", messages=sent)
+    _lose_the_worker(engine)
+
+    info = engine.execute(run.id)
+
+    # Three turns were answered, as the cap allows, after the two that were lost.
+    turns = store.turns(run.id)
+    assert [t.interruption for t in turns] == ["crashed", "crashed", "", "", ""]
+    assert all(t.ended for t in turns)
+    assert (info.status, info.error.kind) == (RunStatus.FAILED, "domain_rejection")
+    assert engine.events(run.id, E.POLICY_DECISION)[-1]["rule"] == "max_turns"
+    assert len(engine.events(run.id, E.RUN_INTERRUPTED)) == 2
+
+
+@pytest.mark.parametrize("interruption", ["canceled", "failed"])
+def test_a_run_whose_end_was_lost_after_its_answer_broke_off_ends_as_it_would_have(
+    engine, interruption
+):
+    run_id = _dead_worker_recorded(engine, "note", [])
+    store = engine.store
+    turn = store.start_turn(
+        run_id=run_id,
+        index=0,
+        model="plan",
+        messages=[Message(role="user", content="note").as_dict()],
+    )
+    if interruption == "canceled":
+        store.request_cancel(run_id, "stopped by the user", by=ALICE)
+    # The answer broke off (stopped, or the stream failed) and was recorded so; the
+    # worker died before it recorded the run's end.
+    store.complete_turn(
+        turn_id=turn,
+        reply=ModelReply(text="Let me", model="plan"),
+        latency_ms=5,
+        interruption=interruption,
+        usage_estimated=True,
+    )
+    _lose_the_worker(engine)
+
+    info = engine.execute(run_id)
+
+    if interruption == "canceled":
+        # Stopped is stopped: it ends canceled with what it had said, asked nothing.
+        assert (info.status, info.output) == (RunStatus.CANCELED, "Let me")
+        assert len(store.turns(run_id)) == 1
+        assert PROBE.executed == []
+    else:
+        # The failure was never told: the model is asked again.
+        assert (info.status, info.output) == (RunStatus.COMPLETED, "done: note ok")
+        assert [t.interruption for t in store.turns(run_id)] == ["failed", "", ""]
+
+
+def _planner_specs(engine: Engine) -> list[ToolSpec]:
+    tools = engine.agents.tools_of(engine.agents.get("planner"))
+    return [
+        ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
+        for t in tools.values()
+    ]
 
 
 # Usage

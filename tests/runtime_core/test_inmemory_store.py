@@ -54,12 +54,12 @@ def test_streamed_text_is_kept_in_order_under_its_run_and_turn():
     context = _running(store)
     turn = store.start_turn(run_id=context.run_id, index=0, model="m", messages=[])
 
-    store.publish_delta(context, turn, "Hel")
-    store.publish_delta(context, turn, "lo")
+    store.publish_delta(context, turn, "Hel", 0)
+    store.publish_delta(context, turn, "lo", 3)
 
     assert store.deltas == [
-        Delta(context.session_id, context.run_id, turn, "Hel"),
-        Delta(context.session_id, context.run_id, turn, "lo"),
+        Delta(context.session_id, context.run_id, turn, "Hel", 0),
+        Delta(context.session_id, context.run_id, turn, "lo", 3),
     ]
 
 

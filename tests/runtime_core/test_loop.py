@@ -97,7 +97,7 @@ class Harness:
             conversation=conversation or ConversationSettings(),
         )
 
-        def publish(context: RunContext, turn_id: uuid.UUID, text: str) -> None:
+        def publish(context: RunContext, turn_id: uuid.UUID, text: str, offset: int) -> None:
             self.deltas.append((turn_id, text))
 
         def model_factory(name: str) -> Any:
@@ -406,7 +406,8 @@ def test_a_cancel_requested_during_a_turn_stops_the_run_before_its_tool_call(tes
     canceled = [
         e["data"] for e in tester.store.events(tester.session_id) if e["type"] == E.RUN_CANCELED
     ]
-    assert canceled == [{"reason": "user_requested"}]
+    # Nobody was named: who stopped it is not known.
+    assert canceled == [{"reason": "user_requested", "stopped_by": None}]
 
 
 # What the model is told when a call goes wrong

@@ -22,6 +22,7 @@ from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.loop import CUT_SHORT_NOTE, TurnLoop
 from goaai.runtime.models import ModelRequest, ModelSettings
 from goaai.runtime.policy import Policy
+from goaai.runtime.public_errors import ERROR_SENTENCES
 from goaai.runtime.types import ModelReply, RunContext, ToolCallRequest, Usage
 from goaai.runtime.vocabulary import ErrorKind, EventType, FinishReason, RunStatus
 from tests.runtime_core.conftest import ALICE, LEASE_SECONDS
@@ -106,7 +107,7 @@ class Retries:
             model_settings=ModelSettings(**settings),
         )
 
-        def publish(context: RunContext, turn_id: uuid.UUID, text: str) -> None:
+        def publish(context: RunContext, turn_id: uuid.UUID, text: str, offset: int) -> None:
             self.deltas.append(text)
 
         loop = TurnLoop(
@@ -139,7 +140,7 @@ def answer(text: str = "Done.") -> ModelReply:
 # Retrying
 
 
-def test_a_429_with_retry_after_is_waited_out_and_the_run_completes(retries):
+def test_a_429_with_retry_after_is_waited_out_and_the_run_completes(retries, caplog):
     model = ScriptedFailures(rate_limited(retry_after=3), answer("Hello."))
 
     run_id, info = retries.run(model)
@@ -147,7 +148,11 @@ def test_a_429_with_retry_after_is_waited_out_and_the_run_completes(retries):
     assert (info.status, info.output) == (RunStatus.COMPLETED, "Hello.")
     (retry,) = retries.events(E.MODEL_RETRY)
     assert (retry["attempt"], retry["error_kind"]) == (1, "rate_limited")
-    assert "rate limiting" in retry["message"]
+    # The event, which the run's owner reads, says it in plain words; the
+    # provider's own are for operators, in the log.
+    assert retry["message"] == ERROR_SENTENCES["rate_limited"]
+    assert "429" not in retry["message"]
+    assert any("rate limiting us (HTTP 429)" in record.getMessage() for record in caplog.records)
     # Never sooner than the provider asked, and not much later.
     assert 3 <= retry["delay_seconds"] <= 3.3
     assert sum(retries.clock.slept) == pytest.approx(retry["delay_seconds"], abs=1e-3)

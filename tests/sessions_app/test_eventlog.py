@@ -4,15 +4,18 @@ SQLite and on PostgreSQL alike."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from goaai.runtime.vocabulary import EventType
 from runs_app import services as run_services
+from runs_app.models import Run
 from sessions_app import eventlog
 from sessions_app.eventlog import event_append, recording
 from sessions_app.models import RunEvent, Session
@@ -135,3 +138,36 @@ def test_a_nested_atomic_block_inside_a_step_is_a_savepoint():
     assert session.title == title
     assert [e.data for e in RunEvent.objects.filter(session=session)] == [{"kept": True}]
     assert not connection.in_atomic_block
+
+
+def test_recording_moves_the_sessions_last_activity_in_its_first_statement():
+    session = SessionFactory()
+    long_ago = session.created_at - dt.timedelta(days=3)
+    Session.objects.filter(pk=session.pk).update(last_activity_at=long_ago)
+
+    with CaptureQueriesContext(connection) as queries:
+        event = event_append(session_id=session.pk, type=EventType.SESSION_UPDATED, data={})
+
+    session.refresh_from_db()
+    assert session.last_activity_at == event.created_at
+    assert session.last_activity_at > long_ago
+    table = Session._meta.db_table
+    writes = [q["sql"] for q in queries.captured_queries if f'UPDATE "{table}"' in q["sql"]]
+    # One statement reserves the number, locks the row and moves the activity.
+    assert len(writes) == 1
+    assert "last_activity_at" in writes[0]
+    assert "last_event_seq" in writes[0]
+
+
+def test_a_step_on_a_run_moves_its_sessions_last_activity(owner):
+    session = SessionFactory(owner=owner)
+    run = run_services.run_create(session_id=session.pk, agent="assistant", input="hi")
+    Session.objects.filter(pk=session.pk).update(
+        last_activity_at=session.created_at - dt.timedelta(days=1)
+    )
+    with recording(run.pk, of=Run, expect=1) as batch:
+        batch.add(EventType.POLICY_DECISION, {"rule": "r"}, run_id=run.pk)
+    session.refresh_from_db()
+    newest = RunEvent.objects.filter(session=session).order_by("-seq").first()
+    assert newest is not None
+    assert session.last_activity_at == newest.created_at

@@ -82,6 +82,10 @@ def test_runs_in_flight_are_handed_to_the_script(alice_client: Client, owner) ->
         lease_owner="worker",
         lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
     )
+    # Told interrupted (its worker's process ended), not taken up yet.
+    told = RunFactory(session=session, status=RunStatus.RUNNING, lease_owner="gone")
+    # Released after an answer, for the next worker: nothing was lost.
+    released = RunFactory(session=session, status=RunStatus.RUNNING, lease_owner="")
     runs = {
         r["id"]: r for r in _chat_data(alice_client.get(f"/sessions/{session.pk}/"))["open_runs"]
     }
@@ -89,6 +93,8 @@ def test_runs_in_flight_are_handed_to_the_script(alice_client: Client, owner) ->
         str(waiting.pk): {"id": str(waiting.pk), "status": "awaiting_input", "interrupted": False},
         str(orphan.pk): {"id": str(orphan.pk), "status": "running", "interrupted": True},
         str(alive.pk): {"id": str(alive.pk), "status": "running", "interrupted": False},
+        str(told.pk): {"id": str(told.pk), "status": "running", "interrupted": True},
+        str(released.pk): {"id": str(released.pk), "status": "running", "interrupted": False},
     }
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from goaai.runtime.vocabulary import RunStatus
 from runs_app.views import PAGE_SIZE
 from sessions_app.models import Session
+from sessions_app.services import session_create
 from tests.factories import RunFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,16 +31,54 @@ def test_only_own_sessions_are_listed(alice_client: Client, owner, other_user) -
     assert "Bob&#x27;s secret" not in response.content.decode()
 
 
-def test_newest_first_grouped_by_age(alice_client: Client, owner) -> None:
+def test_most_recently_active_first_grouped_by_last_activity(alice_client: Client, owner) -> None:
     now = timezone.now()
     old = SessionFactory(owner=owner, title="Old one")
-    Session.objects.filter(pk=old.pk).update(created_at=now - dt.timedelta(days=30))
+    Session.objects.filter(pk=old.pk).update(last_activity_at=now - dt.timedelta(days=30))
     week = SessionFactory(owner=owner, title="This week")
-    Session.objects.filter(pk=week.pk).update(created_at=now - dt.timedelta(days=3))
+    Session.objects.filter(pk=week.pk).update(last_activity_at=now - dt.timedelta(days=3))
     new = SessionFactory(owner=owner, title="Fresh")
+    # Created first, active last: it leads the list.
+    revived = SessionFactory(owner=owner, title="Revived")
+    Session.objects.filter(pk=revived.pk).update(
+        created_at=now - dt.timedelta(days=60), last_activity_at=now + dt.timedelta(seconds=1)
+    )
     html = alice_client.get("/").content.decode()
-    assert _session_ids(alice_client.get("/")) == [str(new.pk), str(week.pk), str(old.pk)]
+    assert _session_ids(alice_client.get("/")) == [
+        str(revived.pk),
+        str(new.pk),
+        str(week.pk),
+        str(old.pk),
+    ]
     assert html.index("Today") < html.index("Previous 7 days") < html.index("Older")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_makes_its_chat_the_first(alice_client: Client, owner, inline_runtime) -> None:
+    first = session_create(owner_id=owner.pk, agent="assistant", title="First")
+    second = session_create(owner_id=owner.pk, agent="assistant", title="Second")
+    assert _session_ids(alice_client.get("/")) == [str(second.pk), str(first.pk)]
+    run = inline_runtime.run("assistant", "calculate 1 + 1", session=first.pk)
+    assert run.status == RunStatus.COMPLETED
+    assert _session_ids(alice_client.get("/")) == [str(first.pk), str(second.pk)]
+    # The sidebar of a chat agrees.
+    assert _session_ids(alice_client.get(f"/sessions/{second.pk}/"))[:2] == [
+        str(first.pk),
+        str(second.pk),
+    ]
+
+
+def test_the_list_shows_when_a_chat_was_last_active(alice_client: Client, owner) -> None:
+    session = SessionFactory(owner=owner)
+    moment = timezone.now().replace(hour=9, minute=5, second=0, microsecond=0)
+    if moment > timezone.now():
+        moment -= dt.timedelta(days=1)
+    Session.objects.filter(pk=session.pk).update(
+        last_activity_at=moment, created_at=moment - dt.timedelta(days=40)
+    )
+    html = alice_client.get("/").content.decode()
+    assert f'datetime="{moment.isoformat()}"' in html
+    assert ">09:05</time>" in html
 
 
 def test_search_by_title(alice_client: Client, owner) -> None:
@@ -99,8 +138,9 @@ def test_query_count_does_not_grow_with_sessions(
         session = SessionFactory(owner=owner)
         RunFactory(session=session, status=RunStatus.COMPLETED)
         RunFactory(session=session, status=RunStatus.RUNNING)
-    # The login session, the user, and the page of sessions with their latest runs.
-    with django_assert_num_queries(3):
+    # The login session, the user, their preferences (the time zone of the page),
+    # and the page of sessions with their latest runs.
+    with django_assert_num_queries(4):
         response = alice_client.get("/")
     assert response.status_code == 200
     assert len(_session_ids(response)) == count

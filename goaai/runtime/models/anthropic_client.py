@@ -52,6 +52,7 @@ from goaai.runtime.models.base import (
     ModelRequest,
     ModelSettings,
     ToolSpec,
+    reporting_usage,
     sdk_options,
 )
 from goaai.runtime.models.errors import (
@@ -220,6 +221,16 @@ class _Reply:
     # Thinking and redacted thinking blocks by index, as the API's own dicts.
     thinking: dict[int, dict[str, str]] = field(default_factory=dict)
 
+    def usage(self) -> Usage:
+        """The counts the stream has reported so far."""
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            reasoning_tokens=self.thinking_tokens,
+        )
+
     def count_prompt(
         self, plain: int | None, cache_write: int | None, cache_read: int | None
     ) -> None:
@@ -245,6 +256,13 @@ class AnthropicModel:
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
         """Stream one reply. Provider failures are raised as :class:`ModelError`;
         an exception from ``on_delta`` is the caller's and passes through."""
+        reply = _Reply()
+        with reporting_usage(reply.usage):
+            return self._stream(request, on_delta, reply)
+
+    def _stream(
+        self, request: ModelRequest, on_delta: DeltaCallback | None, reply: _Reply
+    ) -> ModelReply:
         settings = request.settings
         system, messages = to_anthropic_messages(request.messages)
         budget = THINKING_BUDGETS.get(settings.reasoning_effort or "")
@@ -255,7 +273,6 @@ class AnthropicModel:
             if max_tokens <= budget:
                 # The cap counts the thinking too: leave the answer its own share.
                 max_tokens += budget
-        reply = _Reply()
         try:
             stream = self._client.messages.create(
                 model=self.model,
@@ -319,13 +336,7 @@ class AnthropicModel:
                 )
                 for _, use in sorted(reply.tool_uses.items())
             ),
-            usage=Usage(
-                input_tokens=reply.input_tokens,
-                output_tokens=reply.output_tokens,
-                cached_input_tokens=reply.cache_read_tokens,
-                cache_write_tokens=reply.cache_write_tokens,
-                reasoning_tokens=reply.thinking_tokens,
-            ),
+            usage=reply.usage(),
             model=reply.model or self.model,
             finish_reason=_STOP_REASONS.get(reply.stop_reason or "", FinishReason.OTHER),
             reasoning="\n\n".join(block["thinking"] for block in thinking if block.get("thinking")),

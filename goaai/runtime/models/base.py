@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx2
 
 from goaai.runtime.config import ModelProfile
-from goaai.runtime.types import Message, ModelReply
+from goaai.runtime.types import Message, ModelReply, Usage
 
 DeltaCallback = Callable[[str], None]
 
@@ -79,6 +80,31 @@ class ModelClient(Protocol):
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
         """Answer one turn."""
         ...
+
+
+# Where an exception that ends a reply early carries the provider's usage so far.
+_USAGE_SO_FAR = "goaai_usage_so_far"
+
+
+@contextmanager
+def reporting_usage(so_far: Callable[[], Usage]) -> Iterator[None]:
+    """Around a reply's stream: an exception that ends it early (a provider error,
+    or the caller's own from ``on_delta``: the run was stopped) carries the usage
+    the provider had reported by then, if it reported any (:func:`usage_so_far`),
+    so that the turn records the provider's counts rather than an estimate."""
+    try:
+        yield
+    except Exception as exc:
+        used = so_far()
+        if used.total_tokens:
+            setattr(exc, _USAGE_SO_FAR, used)
+        raise
+
+
+def usage_so_far(exc: BaseException) -> Usage | None:
+    """The usage the provider had reported when ``exc`` ended its reply, if any."""
+    used = getattr(exc, _USAGE_SO_FAR, None)
+    return used if isinstance(used, Usage) else None
 
 
 def sdk_options(profile: ModelProfile) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from goaai.runtime.models.base import (
     ModelRequest,
     ModelSettings,
     ToolSpec,
+    reporting_usage,
     sdk_options,
 )
 from goaai.runtime.models.errors import (
@@ -181,8 +182,14 @@ class OpenAICompatibleModel:
     def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> ModelReply:
         """Stream one reply. Provider failures are raised as :class:`ModelError`;
         an exception from ``on_delta`` is the caller's and passes through."""
-        settings = request.settings
         reply = _Reply()
+        with reporting_usage(lambda: reply.usage):
+            return self._stream(request, on_delta, reply)
+
+    def _stream(
+        self, request: ModelRequest, on_delta: DeltaCallback | None, reply: _Reply
+    ) -> ModelReply:
+        settings = request.settings
         try:
             stream = self._client.chat.completions.create(
                 model=self.model,

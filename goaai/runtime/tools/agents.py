@@ -35,5 +35,8 @@ def agent_tool(agent: "Agent") -> Tool:
         name=f"ask_{agent.id}",
         description=f"Ask the {agent.id} agent. {agent.description}",
         timeout_seconds=None,
+        # Executed again after its worker died, the call goes on with the child run
+        # it started (the loop finds it), and never starts a second one.
+        idempotent=True,
     )(ask)
     return replace(made, toolset="agents")

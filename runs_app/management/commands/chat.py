@@ -1,30 +1,28 @@
-"""Chat with an agent from the terminal, watching its tool calls as they happen."""
+"""Chat with an agent from the terminal: its answer streams as the model writes it,
+its tool calls show as they happen, what it waits for is asked at the prompt, and
+Ctrl-C stops it (see :mod:`runs_app.terminal`)."""
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
-import threading
-import time
-from typing import Any, TextIO
+import contextlib
+from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from goaai.runtime import GoaaiError, rt
-from goaai.runtime.errors import RunActive
-from goaai.runtime.vocabulary import EventType, RunStatus
-from runs_app.models import Run, ToolCall
-from sessions_app.eventlog import events_after
-from sessions_app.models import RunEvent, Session
-
-logger = logging.getLogger(__name__)
+from runs_app.terminal.conversation import Leave, TerminalChat
+from runs_app.terminal.feed import LiveFeed
+from runs_app.terminal.interrupts import Interrupts, end_at_once_on_interrupt
+from sessions_app.models import Session
 
 
 class Command(BaseCommand):
-    help = "Chat with an agent in the terminal. Tool calls are printed as they happen."
+    help = (
+        "Chat with an agent in the terminal. Answers stream as they are written, tool "
+        "calls are printed as they happen; Ctrl-C stops a run, Ctrl-D leaves."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--agent", default="assistant", help="the agent to talk to")
@@ -40,24 +38,39 @@ class Command(BaseCommand):
             names = ", ".join(a.id for a in rt.agents.all())
             raise CommandError(f"{exc} Agents: {names}.") from exc
         session = self._session(options["session"], options["user"], agent)
-        self.stdout.write(f"Session {session.id} with {session.agent}. Ctrl-D to leave.")
+        self.stdout.write(
+            f"Session {session.id} with {session.agent}. Ctrl-C stops a run, Ctrl-D leaves."
+        )
         # The user's messages, not the runs agents started for each other.
         earlier = session.runs.filter(parent_run__isnull=True).count()
         if earlier:
             self.stdout.write(f"(continuing after {earlier} earlier runs)")
-        messages = options["message"]
-        if messages:
-            for message in messages:
-                self._exchange(session, message)
+        # Subscribed before the first message is sent: nothing it streams is missed.
+        with Interrupts() as interrupts, LiveFeed(session.id) as feed:
+            chat = TerminalChat(
+                session=session,
+                out=self.stdout,
+                err=self.stderr,
+                style=self.style,
+                feed=feed,
+                interrupts=interrupts,
+            )
+            with contextlib.suppress(Leave):
+                self._converse(chat, options["message"])
+        if chat.left_running is not None:
+            # The process ends once its worker threads are done with the run it
+            # stopped; another Ctrl-C while it waits ends it now (the run is then
+            # taken up, and stopped, by whichever server or worker finds it).
+            end_at_once_on_interrupt()
+
+    @staticmethod
+    def _converse(chat: TerminalChat, messages: list[str]) -> None:
+        if not messages:
+            chat.prompt_loop()
             return
-        while True:
-            try:
-                line = input("you> ")
-            except (EOFError, KeyboardInterrupt):
-                self.stdout.write("")
-                return
-            if line.strip():
-                self._exchange(session, line.strip())
+        for message in messages:
+            if not chat.send(message):
+                return  # stopped: the messages after it are not sent
 
     def _session(self, session_id: str | None, username: str, agent: str) -> Session:
         if session_id:
@@ -75,96 +88,3 @@ class Command(BaseCommand):
             raise CommandError("No such user: pass --user, or create an admin (make run does).")
         info = rt.create_session(owner=user, agent=agent, title="Terminal chat")
         return Session.objects.get(pk=info.id)
-
-    def _exchange(self, session: Session, message: str) -> None:
-        after = Session.objects.get(pk=session.pk).last_event_seq
-        try:
-            handle = rt.start(session.agent, message, session=session.id)
-        except RunActive as exc:
-            # The agent takes one message at a time and one is at work: the user
-            # may send this again once it has ended.
-            self.stderr.write(f"Not sent: {exc}")
-            return
-        except GoaaiError as exc:
-            raise CommandError(str(exc)) from exc
-        done = threading.Event()
-
-        def wait_for_run() -> None:
-            # A thread of its own: it gives its database connection back when done,
-            # and always says it is done, even if waiting failed.
-            try:
-                with rt.store.worker():
-                    handle.wait()
-            except Exception:
-                # The loop below keeps watching the run's record and reports it.
-                logger.exception("Waiting for run %s failed", handle.run_id)
-            finally:
-                done.set()
-
-        threading.Thread(target=wait_for_run, daemon=True).start()
-        while True:
-            for event in events_after(session_id=session.id, after=after):
-                after = event.seq
-                self._show(event, self.stdout)
-            run = rt.get_run(handle.run_id)
-            if run.status == RunStatus.AWAITING_INPUT:
-                self._answer(run.id)
-                continue
-            if RunStatus(run.status).is_terminal and done.is_set():
-                for event in events_after(session_id=session.id, after=after):
-                    after = event.seq
-                    self._show(event, self.stdout)
-                return
-            time.sleep(0.05)
-
-    def _show(self, event: RunEvent, out: TextIO | Any) -> None:
-        data = event.data
-        if event.type == EventType.TOOL_CALL_STARTED:
-            call = ToolCall.objects.filter(pk=data.get("tool_call")).first()
-            arguments = json.dumps(call.arguments) if call else ""
-            out.write(self.style.NOTICE(f"  -> {data.get('name')}({arguments})"))
-        elif event.type == EventType.TOOL_CALL_SUCCEEDED:
-            out.write(
-                self.style.SUCCESS(f"  <- {data.get('name')}: {json.dumps(data.get('result'))}")
-            )
-        elif event.type == EventType.TOOL_CALL_FAILED:
-            error = data.get("error") or {}
-            out.write(
-                self.style.ERROR(
-                    f"  <- {data.get('name')} failed ({error.get('kind')}): {error.get('message')}"
-                )
-            )
-        elif event.type == EventType.RUN_QUEUED:
-            # Another run of the session (from the web chat, say) is still at work.
-            out.write(
-                self.style.WARNING(f"  (queued: starts when run {data.get('behind')} has ended)")
-            )
-        elif event.type == EventType.POLICY_DECISION:
-            out.write(self.style.WARNING(f"  policy {data.get('rule')}: {data.get('reason')}"))
-        elif event.type == EventType.RUN_COMPLETED:
-            out.write(f"{event.run.agent if event.run else 'agent'}> {data.get('output')}")
-        elif event.type in (EventType.RUN_FAILED, EventType.RUN_TIMED_OUT):
-            error = data.get("error") or {}
-            out.write(self.style.ERROR(f"run {event.type.split('.')[1]}: {error.get('message')}"))
-        elif event.type == EventType.RUN_CANCELED:
-            out.write(self.style.WARNING(f"run canceled: {data.get('reason')}"))
-
-    def _answer(self, run_id: UUID) -> None:
-        awaiting = Run.objects.get(pk=run_id).awaiting or {}
-        try:
-            if awaiting.get("kind") == "question":
-                # Typing one of the choices picks it; anything else is an answer of its own.
-                choices = awaiting.get("choices") or []
-                offered = f" [{' / '.join(choices)}]" if choices else ""
-                reply = input(f"{awaiting.get('question')}{offered} > ")
-                rt.respond(run_id, answer=reply)
-            else:
-                call = ToolCall.objects.get(pk=str(awaiting.get("tool_call")))
-                prompt = f"Allow {call.name}({json.dumps(call.arguments)})? [y/N] "
-                allowed = input(prompt).strip().lower() in ("y", "yes")
-                reason = "" if allowed else input("Why not? ")
-                rt.respond(run_id, decision="approve" if allowed else "deny", reason=reason)
-        except EOFError:
-            rt.cancel_run(run_id, reason="the terminal closed")
-        except GoaaiError as exc:
-            sys.stderr.write(f"{exc}\n")

@@ -145,7 +145,11 @@
     button.disabled = true;
     fetchJSON(button.dataset.url)
       .then(function (value) {
-        if (target) { target.textContent = pretty(value); }
+        if (target) {
+          target.textContent = pretty(value);
+          // A reply drawn as markdown is drawn again (timeline-markdown.js).
+          target.dispatchEvent(new CustomEvent("tl:value-loaded", { bubbles: true }));
+        }
         button.remove();
       })
       .catch(function (error) {

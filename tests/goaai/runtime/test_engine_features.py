@@ -281,7 +281,9 @@ def _assert_canceled_after_the_tool(run_id: UUID) -> None:
     types = _event_types(run_id)
     assert types[-1] == E.RUN_CANCELED
     assert types.count(E.TURN_STARTED) == 1
-    assert _events(run_id, E.RUN_CANCELED) == [{"reason": "user_requested"}]
+    assert _events(run_id, E.RUN_CANCELED) == [
+        {"reason": "user_requested", "stopped_by": {"kind": "user", "user": "alice", "rule": None}}
+    ]
 
 
 @pytest.mark.postgres
@@ -296,7 +298,7 @@ def test_cancel_run_from_another_thread_while_a_tool_blocks(thread_runtime, monk
         handle = rt.start("blocker", "wait for me", session=session.id)
         assert PROBE.started.wait(10), "the tool never started"
 
-        flagged = rt.cancel_run(handle.run_id, reason="user_requested")
+        flagged = rt.cancel_run(handle.run_id, reason="user_requested", by=owner)
         # The loop is busy in the tool: the run is only flagged until its next step.
         assert flagged.status == RunStatus.RUNNING
         PROBE.release.set()

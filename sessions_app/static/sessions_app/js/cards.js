@@ -194,8 +194,32 @@ export function reveal(card) {
   }
 }
 
+/** Moves the keyboard to what a card says once it settles, if the person acted on
+ * it (card.focusOnSettle, respond.js) and the control they used is gone: focus
+ * would otherwise fall to the top of the page. Focus they put elsewhere stays. */
+export function settleFocus(card, target) {
+  const acted = card.focusOnSettle;
+  card.focusOnSettle = false;
+  const active = document.activeElement;
+  const lost = !active || active === document.body || !active.isConnected || card.el.contains(active);
+  if (!acted || !lost || !target.isConnected) return;
+  target.setAttribute("tabindex", "-1");
+  target.focus();
+}
+
+/** A question's card, answered: what it asked and the answer given. */
+function answeredQuestion(card) {
+  const question = card.question || (card.arguments && card.arguments.question) || "";
+  return el(
+    "div",
+    { class: "answered-question", "data-testid": "answered-question" },
+    question ? el("p", { class: "question", "data-testid": "question" }, question) : null,
+    el("p", { class: "answer", "data-testid": "question-answer" }, el("span", { class: "answer-label" }, "Answer: "), card.answer),
+  );
+}
+
 /** Who approved, denied or answered the call (with the answer), and when: the card
- * settles read-only. */
+ * settles read-only. A question's card shows what it asked and the answer. */
 export function showDecision(card, at) {
   const verb = { approved: "Approved", denied: "Denied", answered: "Answered" }[card.decision] || card.decision;
   const parts = [`${verb} by ${who(card.decidedBy)}`];
@@ -204,6 +228,11 @@ export function showDecision(card, at) {
   else if (card.decision === "answered" && card.answer) parts.push(` — “${card.answer}”`);
   card.decisionEl.textContent = parts.join("");
   card.decisionEl.hidden = false;
-  card.actionArea.replaceChildren(el("p", { class: "tool-decision tool-decision-inline", "data-testid": "decision-note" }, parts.join("")));
+  const answered = card.decision === "answered" && card.answer ? answeredQuestion(card) : null;
+  // Above the note, the answer is not repeated in it.
+  const said = answered ? parts.slice(0, at ? 2 : 1).join("") : parts.join("");
+  const note = el("p", { class: "tool-decision tool-decision-inline", "data-testid": "decision-note" }, said);
+  card.actionArea.replaceChildren(...(answered ? [answered, note] : [note]));
   card.actionArea.hidden = false;
+  settleFocus(card, note);
 }

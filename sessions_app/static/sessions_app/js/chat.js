@@ -2,11 +2,12 @@
 // WebSocket sends every event after the last sequence number this page has seen
 // (0 at first), then live events and token deltas. An event already seen is dropped
 // by its seq, so reconnecting never duplicates or wipes anything on screen.
-import { disableComposer, focusComposer, startComposer, updateComposer } from "./composer.js";
+import { chatGone, clearComposerError, focusComposer, startComposer, updateComposer } from "./composer.js";
 import { $, isTyping } from "./dom.js";
 import { loadMemory, startDrawer } from "./drawer.js";
 import { applyDelta, applyEvent } from "./events.js";
 import { startHeader } from "./header.js";
+import { renderMarkdownIn } from "./markdown.js";
 import { startPage } from "./page.js";
 import { loadSessionReasoning } from "./reasoning.js";
 import { renderRun } from "./render.js";
@@ -18,6 +19,12 @@ import { startSocket } from "./socket.js";
 import { activeRun, config, state } from "./state.js";
 
 /** The history is on screen (the first backlog is applied): show the page. */
+function onCaughtUp() {
+  // Connected again: an error that said the server could not be reached is over.
+  clearComposerError();
+  onFirstCatchUp();
+}
+
 function onFirstCatchUp() {
   if (state.caughtUp) return;
   state.caughtUp = true;
@@ -33,6 +40,8 @@ function onFirstCatchUp() {
 }
 
 startPage();
+// The answers of the conversation a fork continues, which the server wrote.
+renderMarkdownIn($("#transcript"));
 startSessionList();
 startScroll();
 startHeader();
@@ -46,6 +55,6 @@ startSocket({
   lastSeen: () => state.seen,
   onEvent: applyEvent,
   onDelta: applyDelta,
-  onCaughtUp: onFirstCatchUp,
-  onGone: disableComposer,
+  onCaughtUp,
+  onGone: chatGone,
 });

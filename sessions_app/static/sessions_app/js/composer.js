@@ -9,6 +9,7 @@ import { $, el } from "./dom.js";
 import { nameAfter, setSessionStatus } from "./header.js";
 import { ensureRun, renderRun } from "./render.js";
 import { scrollToBottom } from "./scroll.js";
+import { closeStream } from "./socket.js";
 import { activeRun, config, onStateChange, pendingQuestion, state, waitingFor } from "./state.js";
 
 const SESSION = config.session.id;
@@ -17,6 +18,12 @@ const composer = $("#composer");
 const sendButton = $('[data-role="send"]', composerForm);
 const stopButton = $('[data-role="stop"]', composerForm);
 const reviewToggle = $('[data-role="review"]', composerForm);
+
+// What the box says once the chat is gone (state.gone).
+const GONE = {
+  deleted: "This chat was deleted.",
+  forbidden: "You may no longer follow this chat.",
+};
 
 // What the note under the box says of a message sent while the agent is answering.
 const WHILE_BUSY = {
@@ -28,7 +35,9 @@ const WHILE_BUSY = {
 /** Shows what the composer can do now: send, answer, stop, or nothing (ended). */
 export function updateComposer() {
   const note = $('[data-role="note"]', composerForm);
-  const ended = state.sessionStatus === "ended";
+  // A chat deleted (or no longer this page's to follow) takes no message, as one ended.
+  const gone = state.gone;
+  const ended = state.sessionStatus === "ended" || Boolean(gone);
   const run = activeRun();
   const waiting = run ? waitingFor(run) : null;
   const busy = run && !waiting;
@@ -44,7 +53,9 @@ export function updateComposer() {
   const question = pendingQuestion(run);
   sendButton.textContent = question ? "Answer" : "Send";
   note.replaceChildren();
-  if (ended) {
+  if (gone) {
+    note.append(GONE[gone] || GONE.deleted, " ", el("a", { href: config.urls.new }, "Start a new chat"));
+  } else if (ended) {
     note.append("This chat has ended; it takes no new messages. ", el("a", { href: config.urls.new }, "Start a new chat"));
   } else if (question) {
     note.append(el("strong", {}, "The agent asks: "), waiting.run.awaiting.question || "a question", " — your next message answers it.");
@@ -54,13 +65,29 @@ export function updateComposer() {
     note.append(WHILE_BUSY[config.session.multitask] || WHILE_BUSY.enqueue);
   }
   note.hidden = !note.childNodes.length;
-  composer.placeholder = ended ? "This chat has ended" : question ? "Type your answer…" : `Message ${config.session.agent}…`;
+  composer.placeholder = gone ? GONE[gone] || GONE.deleted : ended ? "This chat has ended" : question ? "Type your answer…" : `Message ${config.session.agent}…`;
 }
 
-function showComposerError(message) {
+// What the error under the box is about: "busy" (a message refused while the agent
+// answered) goes when the answer ends, "network" (the server could not be reached)
+// when the browser is online again; every error goes on an edit, a reconnect or
+// the next successful send.
+let errorCause = "";
+
+function showComposerError(message, cause = "") {
   const box = $('[data-role="error"]', composerForm);
   box.textContent = message;
   box.hidden = !message;
+  errorCause = message ? cause : "";
+}
+
+/** The cause of the error under the box has gone (an edit, a reconnect). */
+export function clearComposerError() {
+  showComposerError("");
+}
+
+function clearErrorOnceIdle() {
+  if (errorCause === "busy" && !activeRun()) clearComposerError();
 }
 
 function newKey() {
@@ -69,9 +96,11 @@ function newKey() {
 }
 
 /** Starts a run; a send that failed on the network is retried with the same
- * Idempotency-Key, so it cannot start the run twice. */
-async function startRun(text, labels) {
+ * Idempotency-Key, so it cannot start the run twice. `multitask`: what it does to
+ * the run still open (the agent's policy when not given). */
+async function startRun(text, labels, multitask = "") {
   const body = { input: text };
+  if (multitask) body.multitask = multitask;
   if (labels && Object.keys(labels).length) body.labels = labels;
   const signature = JSON.stringify(body);
   if (!state.pendingSend || state.pendingSend.signature !== signature) state.pendingSend = { signature, key: newKey() };
@@ -89,13 +118,19 @@ async function startRun(text, labels) {
     scrollToBottom();
     return true;
   }
+  if (result.status === 404) {
+    // Deleted meanwhile (in another tab, by an operator): the chat says so and ends.
+    state.pendingSend = null;
+    chatGone("deleted");
+    return false;
+  }
   const codes = result.status === 409 && result.data && Array.isArray(result.data.errors) ? result.data.errors.map((e) => e.code) : [];
   if (codes.includes("session_ended")) setSessionStatus("ended");
   if (result.status !== 0) state.pendingSend = null;
   if (codes.includes("run_active")) {
-    showComposerError("Not sent: the agent is still answering and takes one message at a time. Wait for the answer to finish, or press Stop, then send your message again.");
+    showComposerError("Not sent: the agent is still answering and takes one message at a time. Wait for the answer to finish, or press Stop, then send your message again.", "busy");
   } else {
-    showComposerError(errorText(result, "The message could not be sent."));
+    showComposerError(errorText(result, "The message could not be sent."), result.status === 0 ? "network" : "");
   }
   return false;
 }
@@ -129,16 +164,15 @@ async function submitComposer() {
         question.pending?.settle("This question expired.");
         showComposerError("That question is no longer waiting for an answer. Send your message again to start a new request.");
       } else {
-        showComposerError(errorText(result, "The answer could not be sent."));
+        showComposerError(errorText(result, "The answer could not be sent."), result.status === 0 ? "network" : "");
       }
       return;
     }
-    if (run && run.status === "awaiting_input") {
-      // A new message instead of a decision: the waiting request is canceled.
-      await api(`runs/${run.id}/cancel/`, { method: "POST", body: { reason: "the user sent a new message" } });
-    }
+    // A new message instead of a decision replaces the waiting request: the server
+    // stops it ("Replaced by your next message") and starts this one.
+    const replacing = run && run.status === "awaiting_input" ? "interrupt" : "";
     const labels = reviewToggle.checked ? { review: "required" } : {};
-    if (await startRun(text, labels)) {
+    if (await startRun(text, labels, replacing)) {
       composer.value = "";
       if (!config.session.title) nameAfter(text);
     }
@@ -182,9 +216,14 @@ export function focusComposer(options) {
   composer.focus(options);
 }
 
-/** The chat is gone or not this user's to follow: nothing can be sent any more. */
-export function disableComposer() {
-  composer.disabled = true;
+/** The chat is gone ("deleted") or no longer this user's to follow ("forbidden"):
+ * the page says so, its stream ends and nothing can be sent any more. */
+export function chatGone(why) {
+  if (state.gone) return;
+  state.gone = why;
+  closeStream(GONE[why] || GONE.deleted);
+  showComposerError("");
+  updateComposer();
 }
 
 export function startComposer() {
@@ -192,7 +231,10 @@ export function startComposer() {
     event.preventDefault();
     submitComposer();
   });
-  composer.addEventListener("input", autosize);
+  composer.addEventListener("input", () => {
+    autosize();
+    clearComposerError();
+  });
   composer.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
@@ -218,6 +260,10 @@ export function startComposer() {
     if (queued) cancelQueued(queued);
   });
   onStateChange(updateComposer);
+  onStateChange(clearErrorOnceIdle);
+  window.addEventListener("online", () => {
+    if (errorCause === "network") clearComposerError();
+  });
   updateComposer();
   autosize();
 }

@@ -30,6 +30,12 @@ export function isTyping(event) {
   return target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName);
 }
 
+/** Whether single-key shortcuts are on: the user can turn them off on the settings
+ * page (WCAG 2.1.4), and the page then carries data-shortcuts="off". */
+export function singleKeysOn() {
+  return document.body.dataset.shortcuts !== "off";
+}
+
 /** Says something to screen readers through the page's polite live region. */
 export function announce(text) {
   const region = document.getElementById("announcer") || document.getElementById("list-status");

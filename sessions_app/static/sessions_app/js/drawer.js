@@ -63,19 +63,32 @@ function display(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+/** An entry's value, version and who wrote it when, as the server has them. */
+function showDetails(parts, entry) {
+  parts.value.textContent = display(entry.value);
+  parts.version.textContent = ` v${entry.version}`;
+  parts.meta.replaceChildren("Written by ", ...writer(entry), " · ", el("time", { datetime: entry.updated_at }, formatTime(entry.updated_at)));
+}
+
 function entryItem(entry) {
-  const valueEl = el("div", { class: "memory-value", "data-testid": "memory-value" }, display(entry.value));
+  const valueEl = el("div", { class: "memory-value", "data-testid": "memory-value" });
+  const parts = {
+    value: valueEl,
+    version: el("span", { class: "muted", "data-testid": "memory-version" }),
+    meta: el("p", { class: "memory-meta muted", "data-testid": "memory-meta" }),
+  };
+  showDetails(parts, entry);
   const li = el(
     "li",
     { class: "memory-entry", dataset: { entryId: entry.id, key: entry.key }, "data-testid": "memory-entry" },
-    el("div", { class: "memory-head" }, el("span", { class: "memory-key", "data-testid": "memory-key" }, entry.key), el("span", { class: "muted" }, ` v${entry.version}`)),
+    el("div", { class: "memory-head" }, el("span", { class: "memory-key", "data-testid": "memory-key" }, entry.key), parts.version),
     valueEl,
-    el("p", { class: "memory-meta muted" }, "Written by ", ...writer(entry), " · ", el("time", { datetime: entry.updated_at }, formatTime(entry.updated_at))),
+    parts.meta,
   );
   const editId = uid("mem");
   const textarea = el("textarea", { id: editId, rows: "2", "data-testid": "memory-edit-input" });
   textarea.value = display(entry.value);
-  const message = el("p", { class: "memory-message", role: "status" });
+  const message = el("p", { class: "memory-message", role: "status", "data-testid": "memory-message" });
   const form = el(
     "form",
     { class: "memory-form", hidden: true },
@@ -102,8 +115,29 @@ function entryItem(entry) {
     openForm(false);
     edit.focus();
   });
+  // Someone changed the entry meanwhile: its details are read again, so that what
+  // the drawer shows (value, version, writer, time) is what a save would replace.
+  const showConflict = async (result) => {
+    const fresh = await api(`memory/${entry.id}/`);
+    const current = fresh.ok ? fresh.data : result.data && result.data.current;
+    if (!current) {
+      message.textContent = "It was deleted meanwhile.";
+      loadMemory();
+      return;
+    }
+    version = current.version;
+    Object.assign(entry, current);
+    showDetails(parts, current);
+    message.textContent = `It changed meanwhile: now “${display(current.value)}” (version ${current.version}). Save again to replace it with yours.`;
+  };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (!textarea.value.trim()) {
+      // An empty memory remembers nothing: forgetting is what Delete is for.
+      message.textContent = "Type a value to save. To make the agent forget this, use Delete.";
+      textarea.focus();
+      return;
+    }
     let value = textarea.value;
     if (typeof entry.value !== "string") {
       try {
@@ -121,11 +155,8 @@ function entryItem(entry) {
       message.textContent = "";
       openForm(false);
       loadMemory();
-    } else if (result.status === 409 && result.data && result.data.current) {
-      const current = result.data.current;
-      version = current.version;
-      valueEl.textContent = display(current.value);
-      message.textContent = `It changed meanwhile: now “${display(current.value)}” (version ${current.version}). Save again to replace it with yours.`;
+    } else if (result.status === 409) {
+      await showConflict(result);
     } else {
       message.textContent = errorText(result, "It could not be saved.");
     }

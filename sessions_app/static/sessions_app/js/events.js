@@ -5,13 +5,14 @@ import { noteBranch } from "./branches.js";
 import { OPEN_CARD, ensureCard, renderArgs, renderOutcome, setCardStatus, showDecision } from "./cards.js";
 import { announce, el } from "./dom.js";
 import { refreshMemorySoon } from "./drawer.js";
+import { stopText } from "./endings.js";
 import { formatDuration } from "./format.js";
 import { setSessionStatus, setTitle } from "./header.js";
 import { loadRunReasoning } from "./reasoning.js";
 import { ensureRun, markCutOff, renderRun, setMessageText, showRunError, step, turnMessage, turnSlot } from "./render.js";
 import { showPending } from "./respond.js";
 import { rendered } from "./scroll.js";
-import { state, who } from "./state.js";
+import { config, state, who } from "./state.js";
 import { addTurnUsage } from "./usage.js";
 
 // Why a model call is retried, in the words of its error kind.
@@ -31,6 +32,16 @@ const FINISH_NOTES = {
 function formatSeconds(seconds) {
   const value = Number(seconds) || 0;
   return value < 60 ? `${value < 10 ? value.toFixed(1).replace(/\.0$/, "") : Math.round(value)} s` : formatDuration(value * 1000);
+}
+
+// Turns whose worker died while the model answered: their text gives way to the
+// answer asked again in the turn after them (never shown twice).
+const lostTurns = new Set();
+
+/** Whether an event happened after the page was drawn. Which runs had lost their
+ * worker then, the page was told (config.open_runs); older events do not change it. */
+function isNews(event) {
+  return event.seq > (config.session.last_event_seq || 0);
 }
 
 /** Announces to screen readers, but not while the history is being replayed. */
@@ -82,10 +93,13 @@ const handlers = {
   },
   "turn.started"(event, run) {
     turnSlot(run, event.data.turn);
+    // A run taken up again after an interruption is at work again.
+    if (isNews(event)) state.interrupted.delete(run.id);
     run.activity = "Thinking…";
     step(run, `Turn ${event.data.index + 1}: asked the model (${event.data.model})${event.data.restarted ? " again after a restart" : ""}`, event.created_at);
   },
   "message.completed"(event, run) {
+    if (lostTurns.has(event.data.turn)) return;
     const message = turnMessage(run, event.data.turn);
     // The complete text replaces whatever the deltas wrote: never appended.
     setMessageText(message, event.data.text || "");
@@ -94,6 +108,18 @@ const handlers = {
     if (state.cutOff.has(event.data.turn)) markCutOff(message);
   },
   "turn.completed"(event, run) {
+    if (event.data.interruption === "crashed") {
+      // Lost with its worker: what it had said gives way to the answer asked again.
+      lostTurns.add(event.data.turn);
+      const lost = state.turns.get(event.data.turn);
+      if (lost) {
+        lost.completed = true;
+        lost.el.remove();
+        run.messages = run.messages.filter((m) => m !== lost);
+      }
+      step(run, `Turn ${event.data.index + 1}: lost with its worker; asked again`, event.created_at, "warn");
+      return;
+    }
     const cutOff = Boolean(event.data.truncated) || event.data.finish_reason === "length";
     if (cutOff) state.cutOff.add(event.data.turn);
     const message = state.turns.get(event.data.turn);
@@ -114,7 +140,7 @@ const handlers = {
     const why = RETRY_REASONS[event.data.error_kind] || `the model call failed (${event.data.error_kind || "error"})`;
     const wait = formatSeconds(event.data.delay_seconds);
     run.activity = `Retrying in ${wait}: ${why}…`;
-    step(run, `Retrying in ${wait}: ${why}${event.data.message ? ` — ${event.data.message}` : ""}`, event.created_at, "warn");
+    step(run, `Retrying in ${wait}: ${why}`, event.created_at, "warn");
     say(`Retrying in ${wait}: ${why}`);
   },
   usage(event, run) {
@@ -210,15 +236,23 @@ const handlers = {
       step(run, "Waits for the agent it asked", event.created_at);
     }
   },
+  "run.interrupted"(event, run) {
+    // Its worker is known lost: the run is taken up again at once.
+    if (isNews(event)) state.interrupted.add(run.id);
+    step(run, `Interrupted — resuming (${event.data.reason || "its worker stopped"})`, event.created_at, "warn");
+    say("Interrupted — resuming");
+  },
   "run.resumed"(event, run) {
     run.status = "running";
     run.awaiting = null;
     run.activity = "Continuing…";
-    const wasInterrupted = state.interrupted.delete(run.id);
     if (event.data.reason === "worker_lost") {
-      step(run, "Picked up again after its worker stopped (a server restart)", event.created_at);
-      if (wasInterrupted || state.caughtUp) say("The run continues after a restart");
+      // Taken over from a worker that was lost (run.interrupted says why): it is
+      // "resuming" until its next step begins.
+      if (isNews(event)) state.interrupted.add(run.id);
+      step(run, "Picked up again by another worker", event.created_at);
     } else {
+      if (isNews(event)) state.interrupted.delete(run.id);
       step(run, `Continues${event.data.waited_seconds ? ` after waiting ${formatDuration(event.data.waited_seconds * 1000)}` : ""}`, event.created_at);
     }
   },
@@ -259,6 +293,7 @@ const handlers = {
     run.status = "failed";
     run.endedAt = event.created_at;
     run.error = event.data.error || event.data;
+    run.stoppedBy = event.data.stopped_by || null;
     settleOpenParts(run, "The run failed before this was answered.");
     showRunError(run);
     step(run, `Failed: ${run.error.message || run.error.kind || ""}`, event.created_at, "failed");
@@ -268,6 +303,7 @@ const handlers = {
     run.status = "timed_out";
     run.endedAt = event.created_at;
     run.error = event.data.error || { kind: "timeout", message: event.data.message || "" };
+    run.stoppedBy = event.data.stopped_by || null;
     settleOpenParts(run, "The run ran out of time before this was answered.");
     showRunError(run);
     step(run, "Timed out", event.created_at, "failed");
@@ -277,12 +313,15 @@ const handlers = {
     run.status = "canceled";
     run.endedAt = event.created_at;
     state.stopping.delete(run.id);
-    settleOpenParts(run, "Canceled: the run was stopped before this was answered.");
+    state.interrupted.delete(run.id);
+    run.stoppedBy = event.data.stopped_by || null;
+    const stopper = stopText(run.stoppedBy);
+    settleOpenParts(run, `Canceled: ${stopper ? stopper.charAt(0).toLowerCase() + stopper.slice(1) : "the run was stopped"} before this was answered.`);
     for (const message of run.messages) {
       if (message.text && !message.el.querySelector(".stopped-tag")) message.el.append(el("span", { class: "stopped-tag", "data-testid": "stopped-tag" }, "stopped"));
     }
-    step(run, `Stopped${event.data.reason ? ` (${event.data.reason})` : ""}`, event.created_at, "failed");
-    say("Stopped");
+    step(run, `${stopper || "Stopped"}${event.data.reason ? ` (${event.data.reason})` : ""}`, event.created_at, "failed");
+    say(stopper || "Stopped");
   },
 };
 
@@ -301,13 +340,40 @@ export function applyEvent(event) {
   rendered();
 }
 
+/** How many characters a message's text holds, counted as delta offsets count
+ * them (code points, not UTF-16 units); kept with the text it was counted for. */
+function streamedLength(message) {
+  if (message.countedText !== message.text) {
+    message.countedText = message.text;
+    message.counted = [...message.text].length;
+  }
+  return message.counted;
+}
+
+/** The part of a delta's text the message does not hold yet: a delta says where
+ * its text begins in the turn's (`offset`), so text already shown (the catch-up
+ * after a reconnect sends a turn's text from its start) is never added twice. */
+function newText(message, frame) {
+  const text = String(frame.text || "");
+  if (typeof frame.offset !== "number") return text;
+  const have = streamedLength(message);
+  if (frame.offset >= have) return text;
+  const chars = [...text];
+  return chars.length > have - frame.offset ? chars.slice(have - frame.offset).join("") : "";
+}
+
 export function applyDelta(frame) {
   if (!frame.run || !frame.turn) return;
   const known = state.turns.get(frame.turn);
   if (known && known.completed) return; // message.completed already holds the full text
   const run = ensureRun(frame.run);
   const message = turnMessage(run, frame.turn);
-  setMessageText(message, message.text + frame.text);
+  const piece = newText(message, frame);
+  if (!piece) return;
+  const counted = streamedLength(message) + [...piece].length;
+  setMessageText(message, message.text + piece);
+  message.countedText = message.text;
+  message.counted = counted;
   if (run.status === "running") run.activity = "Writing…";
   renderRun(run);
   rendered();

@@ -1,10 +1,11 @@
-// What every signed-in page does: the shortcuts ?, n and /, and menus that close on
-// a click outside them or on Esc. The chat page adds its own shortcuts (shortcuts.js).
+// What every signed-in page does: the shortcuts ?, n and / (unless the user turned
+// single-key shortcuts off), and menus that close on a click outside them or on Esc.
+// The chat page adds its own shortcuts (shortcuts.js).
 import { showShortcuts } from "./dialogs.js";
-import { isTyping } from "./dom.js";
+import { isTyping, singleKeysOn } from "./dom.js";
 
 function onGlobalKey(event) {
-  if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey || !singleKeysOn()) return;
   if (document.querySelector("dialog[open]")) return;
   if (isTyping(event)) return;
   if (event.key === "?") {

@@ -3,8 +3,11 @@
 // child run (an agent asked by another) is drawn inside its parent.
 import { copyButton } from "./clipboard.js";
 import { $, el, uid } from "./dom.js";
+import { stopText } from "./endings.js";
+import { feedbackControls } from "./feedback.js";
 import { formatDuration, formatTime } from "./format.js";
 import { TERMINAL, answerText, answerWithTools, config, isQueued, state, stateChanged, waitingFor } from "./state.js";
+import { renderMarkdown } from "./markdown.js";
 import { emptyUsage, usageLine } from "./usage.js";
 
 const transcript = $("#transcript");
@@ -33,6 +36,7 @@ export function ensureRun(runId, info = {}) {
     endedAt: null,
     output: "",
     error: null,
+    stoppedBy: null, // who or what stopped it (its end event's stopped_by)
     messages: [],
     lastGroup: null,
   };
@@ -79,6 +83,7 @@ export function ensureRun(runId, info = {}) {
     run.actions.append(
       copyButton(() => answerText(run), "Copy"),
       copyButton(() => answerWithTools(run), "Copy with tools"),
+      feedbackControls(run),
     );
     run.el = el(
       "article",
@@ -117,7 +122,8 @@ export function step(run, text, at, kind = "") {
 
 function statusLine(run) {
   if (run.status === "running" && state.interrupted.has(run.id)) {
-    return "Interrupted by a server restart. It continues when the engine picks it up…";
+    // Its worker was lost (a server restart): another takes it up.
+    return "Interrupted — resuming…";
   }
   switch (run.status) {
     case "pending":
@@ -142,11 +148,11 @@ function statusLine(run) {
       return `Done${duration}`;
     }
     case "failed":
-      return "Failed";
+      return stopText(run.stoppedBy) || "Failed";
     case "canceled":
-      return "Stopped";
+      return stopText(run.stoppedBy) || "Stopped";
     case "timed_out":
-      return "Timed out";
+      return stopText(run.stoppedBy) || "Timed out";
     default:
       return run.status;
   }
@@ -174,9 +180,12 @@ export function showRunError(run) {
   const error = run.error || {};
   const title = run.status === "timed_out" ? "The run ran out of time." : "The run failed.";
   const box = run.errorBox;
+  // The message is a plain sentence for the error's kind (goaai.runtime.public_errors);
+  // the kind stays in an attribute, for whoever helps with it.
+  if (error.kind) box.dataset.kind = error.kind;
   box.replaceChildren(
-    el("p", { class: "run-error-title" }, el("strong", {}, title), error.kind ? ` (${error.kind})` : ""),
-    el("p", { class: "run-error-message" }, error.message || "No reason was given."),
+    el("p", { class: "run-error-title" }, el("strong", {}, title)),
+    el("p", { class: "run-error-message", "data-testid": "run-error-message" }, error.message || "No reason was given."),
   );
   if (!run.parentRun && run.input) {
     box.append(
@@ -194,8 +203,8 @@ export function showRunError(run) {
 export function turnMessage(run, turnId) {
   let message = state.turns.get(turnId);
   if (message) return message;
-  const text = el("div", { class: "msg-text" });
-  message = { text: "", completed: false, textEl: text };
+  const text = el("div", { class: "msg-text markdown" });
+  message = { text: "", completed: false, textEl: text, frame: 0 };
   message.el = el("div", { class: "msg msg-assistant is-streaming", dataset: { turnId }, "data-testid": "assistant-message" }, text);
   state.turns.set(turnId, message);
   run.messages.push(message);
@@ -203,9 +212,15 @@ export function turnMessage(run, turnId) {
   return message;
 }
 
+/** Sets the answer's text; it is drawn as markdown (markdown.js), the whole text so
+ * far each time, at most once an animation frame while it streams. */
 export function setMessageText(message, text) {
   message.text = text;
-  message.textEl.textContent = text;
+  if (message.frame) return;
+  message.frame = requestAnimationFrame(() => {
+    message.frame = 0;
+    renderMarkdown(message.textEl, message.text);
+  });
 }
 
 /** Where a turn's reasoning goes: a place in the run's body made when the turn

@@ -3,7 +3,7 @@
 // they toggle and Send answers) and an answer box for words of your own. Its states
 // are idle → sending → done | expired (the server said 409) | error (try again).
 import { api, errorText } from "./api.js";
-import { jsonBlock, reveal } from "./cards.js";
+import { jsonBlock, reveal, settleFocus } from "./cards.js";
 import { el, uid } from "./dom.js";
 import { config, state } from "./state.js";
 
@@ -44,19 +44,27 @@ function choiceButtons(awaiting, send) {
  * For a question, ``awaiting`` is what the run waits for (its question, choices). */
 export function showPending(card, kind, awaiting = {}) {
   const run = state.runs.get(card.runId);
-  const status = el("p", { class: "pending-status", role: "status", "data-testid": "respond-status" });
+  const status = el("p", { class: "pending-status", role: "status", tabindex: "-1", "data-testid": "respond-status" });
   let controls;
   let choices = null;
-  const pending = { kind, state: "idle" };
+  const pending = { kind, state: "idle", used: null };
   const setState = (next, message = "") => {
     pending.state = next;
     card.actionArea.dataset.respondState = next;
     status.textContent = message;
-    for (const control of controls.querySelectorAll("button, input, textarea")) control.disabled = next === "sending" || next === "done";
+    const off = next === "sending" || next === "done";
+    // A control about to be disabled would drop the focus to the top of the page:
+    // the status line takes it while the answer goes, the control gets it back on error.
+    if (off && controls.contains(document.activeElement)) status.focus();
+    for (const control of controls.querySelectorAll("button, input, textarea")) control.disabled = off;
     if (choices) choices.refresh();
+    if (next === "error" && pending.used && pending.used.isConnected && document.activeElement === status) pending.used.focus();
   };
   const send = async (body) => {
     if (pending.state === "sending" || pending.state === "done" || pending.state === "expired") return;
+    const active = document.activeElement;
+    card.focusOnSettle = card.actionArea.contains(active);
+    pending.used = card.focusOnSettle ? active : null;
     setState("sending", "Sending…");
     const result = await api(`runs/${card.runId}/respond/`, { method: "POST", body: { tool_call: card.id, ...body } });
     if (result.ok) {
@@ -111,10 +119,13 @@ export function showPending(card, kind, awaiting = {}) {
     // Gone: the buttons go, the card says why.
     pending.state = "expired";
     card.actionArea.dataset.respondState = "expired";
-    card.actionArea.replaceChildren(el("p", { class: "pending-status", "data-testid": "respond-status" }, message));
+    const said = el("p", { class: "pending-status", "data-testid": "respond-status" }, message);
+    card.actionArea.replaceChildren(said);
     if (card.pending === pending) card.pending = null;
+    settleFocus(card, said);
   };
   card.pending = pending;
+  if (kind === "question" && awaiting.question) card.question = awaiting.question;
   if (!config.may.respond) {
     // Someone else's chat, read only: what the run waits for, without the controls.
     const owner = config.session.owner.username;

@@ -3,6 +3,7 @@
 import { api, errorText } from "./api.js";
 import { confirmDialog } from "./dialogs.js";
 import { announce, el } from "./dom.js";
+import { formatClock } from "./format.js";
 
 // How a run's status reads in a badge (sessions_app.views.RUN_STATUS_LABELS).
 const RUN_STATUS_LABELS = {
@@ -60,9 +61,9 @@ async function deleteSession(button) {
   }
 }
 
-function newItem(sessionId, data) {
+function newItem(sessionId, data, at) {
   const title = data.title || "Untitled chat";
-  const now = new Date();
+  const now = at ? new Date(at) : new Date();
   const item = el(
     "li",
     { class: "session-item is-new", dataset: { sessionId }, "data-testid": "session-item" },
@@ -75,7 +76,7 @@ function newItem(sessionId, data) {
         { class: "session-meta" },
         el("span", {}, data.agent || ""),
         " · ",
-        el("time", { datetime: now.toISOString() }, now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })),
+        el("time", { datetime: now.toISOString(), dataset: { role: "activity" } }, formatClock(now)),
       ),
     ),
     el(
@@ -116,8 +117,8 @@ function trashIcon() {
   return svg;
 }
 
-function addItem(sessionId, data) {
-  if (itemOf(sessionId)) return;
+/** The list of the "Today" group, first in the list (made if there is none). */
+function todayItems() {
   let group = list.querySelector(".session-group");
   const firstTitle = group ? group.querySelector(".session-group-title") : null;
   if (!group || !firstTitle || firstTitle.textContent.trim() !== "Today") {
@@ -125,8 +126,29 @@ function addItem(sessionId, data) {
     group = el("section", { class: "session-group", "aria-labelledby": id }, el("h2", { class: "session-group-title", id }, "Today"), el("ul", { class: "session-items", role: "list" }));
     list.prepend(group);
   }
+  return group.querySelector(".session-items");
+}
+
+function addItem(sessionId, data, at) {
+  if (itemOf(sessionId)) return;
   list.querySelector('[data-testid="empty-list"]')?.remove();
-  group.querySelector(".session-items").prepend(newItem(sessionId, data));
+  todayItems().prepend(newItem(sessionId, data, at));
+}
+
+/** The chat was just active (a message, an answer): first in the list, as the
+ * server orders it (by last activity), with that time. */
+function moveToTop(item, at) {
+  const time = item.querySelector('[data-role="activity"]');
+  const moment = at ? new Date(at) : new Date();
+  if (time && !Number.isNaN(moment.getTime())) {
+    time.setAttribute("datetime", moment.toISOString());
+    time.textContent = formatClock(moment);
+  }
+  const items = todayItems();
+  if (items.firstElementChild === item) return;
+  const group = item.closest(".session-group");
+  items.prepend(item);
+  if (group && !group.querySelector(".session-item")) group.remove();
 }
 
 function setRunBadge(item, status) {
@@ -142,7 +164,7 @@ function onListEvent(event) {
   if (!sessionId) return;
   const listData = readListData();
   if (event.type === "session.created") {
-    if (listData.live) addItem(sessionId, event.data || {});
+    if (listData.live) addItem(sessionId, event.data || {}, event.created_at);
     return;
   }
   const item = itemOf(sessionId);
@@ -151,6 +173,8 @@ function onListEvent(event) {
     return;
   }
   if (!item) return;
+  // Every event is activity: the chat moves up (on the first page of the whole list).
+  if (listData.live) moveToTop(item, event.created_at);
   if (event.type === "session.updated" && event.data && typeof event.data.title === "string") {
     const title = item.querySelector('[data-role="title"]');
     if (event.data.title) title.textContent = event.data.title;

@@ -1,9 +1,10 @@
 // The chat page's keyboard shortcuts (page.js has those of every page): i or
 // Shift+Esc focus the message box, Esc stops the run, c copies the last answer, m
-// shows or hides memory. Single keys act only when the user is not typing.
+// shows or hides memory. Single keys act only when the user is not typing, and not
+// at all when the user turned them off (the Esc keys still work).
 import { copyText } from "./clipboard.js";
 import { focusComposer, stopRun } from "./composer.js";
-import { announce, isTyping } from "./dom.js";
+import { announce, isTyping, singleKeysOn } from "./dom.js";
 import { toggleMemory } from "./drawer.js";
 import { activeRun, answerText, state } from "./state.js";
 
@@ -19,7 +20,7 @@ function onKey(event) {
     stopRun();
     return;
   }
-  if (isTyping(event)) return;
+  if (isTyping(event) || !singleKeysOn()) return;
   if (event.key === "i") {
     event.preventDefault();
     focusComposer();

@@ -13,6 +13,7 @@ const socket = {
   pingTimer: null,
   pongTimer: null,
   done: false, // a close that must not be retried (signed out, deleted)
+  deleted: false, // the server said the chat was deleted
   everConnected: false,
 };
 let stream = null; // the options given to startSocket
@@ -67,7 +68,9 @@ function onFrame(frame) {
       }
       break;
     case "error":
-      console.warn("goaai stream:", frame.code, frame.detail);
+      // The server says why it closes the stream just before it does.
+      if (frame.code === "session_deleted") socket.deleted = true;
+      else console.warn("goaai stream:", frame.code, frame.detail);
       break;
     default:
       break;
@@ -105,10 +108,12 @@ function onClose(ws, code) {
     setBanner("offline", ["You are signed out. ", el("a", { href: `${stream.loginUrl}?next=${encodeURIComponent(window.location.pathname)}` }, "Sign in again")]);
     return;
   }
-  if (code === 4404 || code === 4403) {
+  if (code === 4404 || code === 4403 || socket.deleted) {
+    // 4404: the chat was deleted (the page showed it, so it existed).
+    const why = code === 4403 && !socket.deleted ? "forbidden" : "deleted";
     socket.done = true;
-    setBanner("offline", code === 4404 ? "This chat no longer exists." : "This page may not follow this chat.");
-    stream.onGone();
+    setBanner("offline", why === "deleted" ? "This chat was deleted." : "This page may not follow this chat.");
+    stream.onGone(why);
     return;
   }
   if (code === 4409) {
@@ -135,11 +140,25 @@ function scheduleReconnect() {
   socket.retryTimer = setTimeout(connect, delay);
 }
 
+/** Ends the stream for good (the chat was deleted) with `text` in the banner:
+ * for when the page learns it otherwise than from the stream (a send got 404). */
+export function closeStream(text) {
+  socket.done = true;
+  clearTimeout(socket.retryTimer);
+  clearInterval(socket.pingTimer);
+  clearTimeout(socket.pongTimer);
+  const ws = socket.ws;
+  socket.ws = null;
+  if (ws && ws.readyState <= WebSocket.OPEN) ws.close();
+  setBanner("offline", text);
+  banner.classList.remove("is-quiet");
+}
+
 /**
  * Connects and stays connected. `options`: `path` of the stream, `loginUrl`,
  * `lastSeen()` (the highest seq applied), and the callbacks `onEvent(event)`,
- * `onDelta(frame)`, `onCaughtUp()` (after each backlog) and `onGone()` (the chat
- * was deleted or may not be followed).
+ * `onDelta(frame)`, `onCaughtUp()` (after each backlog) and `onGone(why)` (the
+ * chat was deleted, "deleted", or may not be followed, "forbidden").
  */
 export function startSocket(options) {
   stream = options;

@@ -20,6 +20,7 @@ export const state = {
   sending: false,
   pendingSend: null, // {signature, key}: an Idempotency-Key kept until the send succeeds
   stopping: new Set(),
+  gone: "", // "deleted": the chat was deleted; "forbidden": this page may not follow it
   interrupted: new Set(config.open_runs.filter((r) => r.interrupted).map((r) => r.id)),
 };
 

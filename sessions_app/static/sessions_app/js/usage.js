@@ -34,7 +34,7 @@ export function addCost(a, b) {
 
 /** Nothing used yet: the cost is unknown until a turn with a price is recorded. */
 export function emptyUsage() {
-  return { input_tokens: 0, output_tokens: 0, cached_input_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, total_tokens: 0, cost: null, unpriced_turns: 0 };
+  return { input_tokens: 0, output_tokens: 0, cached_input_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, total_tokens: 0, cost: null, unpriced_turns: 0, estimated: false };
 }
 
 /** Adds one turn's usage event to a run's usage. */
@@ -42,6 +42,8 @@ export function addTurnUsage(usage, data) {
   for (const kind of USAGE_KINDS) usage[kind] += Number(data[kind]) || 0;
   if (data.cost === null || data.cost === undefined) usage.unpriced_turns += 1;
   else usage.cost = addCost(usage.cost, data.cost);
+  // A turn cut short (stopped, failed) before the provider reported its usage.
+  if (data.estimated) usage.estimated = true;
 }
 
 const count = (n) => Number(n || 0).toLocaleString();
@@ -56,6 +58,7 @@ export function usageLine(usage) {
   let text = `${count(usage.total_tokens)} tokens (${parts.join(" · ")})`;
   const cost = usage.cost === null || usage.cost === undefined ? "" : formatCost(usage.cost);
   if (cost) text += ` · ${cost}`;
+  if (usage.estimated) text += " · estimated";
   const title = [
     `${count(usage.input_tokens)} input tokens at the full price`,
     `${count(usage.cached_input_tokens)} read from the prompt cache`,
@@ -64,5 +67,6 @@ export function usageLine(usage) {
     cost ? `cost ${cost} (US dollars)` : "cost unknown: the model has no price",
   ];
   if (cost && usage.unpriced_turns) title.push(`${usage.unpriced_turns} turn(s) without a price are not counted`);
+  if (usage.estimated) title.push("Estimated in part: an answer ended before the provider reported what it used");
   return { text, title: title.join("\n") };
 }

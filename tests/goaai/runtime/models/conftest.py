@@ -177,7 +177,7 @@ def run_turn_loop():
             # Model profiles (keys and URLs from the environment) as the settings
             # make them when the test runs.
             model_factory=partial(get_model_client, profiles=runtime_config().profiles),
-            publish_delta=lambda context, turn_id, text: deltas.append(text),
+            publish_delta=lambda context, turn_id, text, offset: deltas.append(text),
         )
         return LoopResult(loop.execute(store.run_id), store, deltas)
 
