@@ -1112,7 +1112,7 @@ class TurnLoop:
             now = self.clock()
             if now - saved >= CHECKPOINT_SECONDS:
                 saved = now
-                self.store.checkpoint_turn(turn_id=turn_id, text=streamed.text)
+                self._checkpoint(turn_id, streamed.text)
             publish(context, turn_id, text, offset)
             if now - checked >= CANCEL_CHECK_SECONDS:
                 checked = now
@@ -1121,6 +1121,17 @@ class TurnLoop:
                     raise _Interrupted(reason)
 
         return sink
+
+    def _checkpoint(self, turn_id: UUID, text: str) -> None:
+        """Keep the text so far, if the store can: a checkpoint it refuses for a
+        moment (a locked table, a dropped connection) is skipped, not the answer;
+        the next one, a second later, carries the whole text again."""
+        try:
+            self.store.checkpoint_turn(turn_id=turn_id, text=text)
+        except Exception:
+            logger.warning(
+                "turn %s: checkpoint not kept, the next one will be", turn_id, exc_info=True
+            )
 
     def _initial_messages(
         self,

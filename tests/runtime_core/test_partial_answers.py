@@ -194,6 +194,30 @@ def test_a_streaming_answer_is_checkpointed_about_once_a_second_before_its_piece
     assert bench.store.streaming_turns(bench.session_id) == []
 
 
+def test_a_checkpoint_the_store_refuses_is_skipped_and_the_answer_goes_on(bench, caplog):
+    """A checkpoint serves a late subscriber and a worker taking over; a store that
+    cannot keep one for a moment (a locked table, a dropped connection) costs that
+    checkpoint, not the answer: the next one is kept, and the reply ends whole."""
+    kept = bench.store.checkpoint_turn
+    refused: list[str] = []
+
+    def flaky(*, turn_id: uuid.UUID, text: str) -> None:
+        if not refused:
+            refused.append(text)
+            raise RuntimeError("database table is locked")
+        kept(turn_id=turn_id, text=text)
+
+    bench.store.checkpoint_turn = flaky  # type: ignore[method-assign]
+    run_id, info = bench.run(Streamer(bench.clock, WORDS))
+
+    assert info.status == RunStatus.COMPLETED
+    assert refused == ["".join(WORDS[:4])]
+    assert _checkpoints(bench.store.log) == ["".join(WORDS[:8]), "".join(WORDS[:12])]
+    (turn,) = bench.store.turns(run_id)
+    assert turn.response_text == "".join(WORDS)
+    assert "checkpoint" in caplog.text
+
+
 def test_a_subscriber_joining_mid_answer_reads_the_text_so_far(bench):
     run_id, _ = bench.run(Streamer(bench.clock, WORDS))
 
