@@ -18,6 +18,7 @@ class RunsAppConfig(AppConfig):
         from runs_app.tasks import CeleryExecutor
 
         self.check_runtime()
+        self.keep_rollups()
         rt.install(
             config=runtime_config,
             store=OrmRunStore,
@@ -25,6 +26,19 @@ class RunsAppConfig(AppConfig):
             limits=model_limits,
             agents=DatabaseAgents(),
         )
+
+    def keep_rollups(self) -> None:
+        """A session deleted through the ORM (the API, the admin, with its owner)
+        takes its runs out of the dashboard's rollups; the purge, which deletes
+        without the ORM, does it itself. A database migrated from before the
+        rollups has them counted once, after its migrations."""
+        from django.db.models.signals import post_migrate, pre_delete
+
+        from runs_app.rollups import count_if_missing, session_deleting
+        from sessions_app.models import Session
+
+        pre_delete.connect(session_deleting, sender=Session, dispatch_uid="rollups_session")
+        post_migrate.connect(count_if_missing, sender=self, dispatch_uid="rollups_migrate")
 
     @staticmethod
     def check_runtime() -> None:

@@ -178,6 +178,9 @@ class Run(models.Model):
     # What a message sent while another run of the session was active did
     # (enqueue, reject, interrupt); blank when none was active.
     multitask = models.CharField(max_length=12, choices=choices(Multitask), blank=True)
+    # The model that answered the run's latest turn ("<profile>:<model>"; empty before
+    # its first): what the dashboard and the runs list filter and group runs by.
+    model = models.CharField(max_length=200, blank=True)
     # The tokens of every turn, each kind apart (see goaai.runtime.types.Usage):
     # input at the full price, output, prompt cache reads and writes, and the part
     # of the output spent reasoning. total_tokens is input, cache and output.
@@ -596,3 +599,107 @@ class Score(models.Model):
     def __str__(self) -> str:
         shown = self.category if self.kind == ScoreKind.CATEGORY else self.value
         return f"{self.name}={shown} on run {self.run_id}"
+
+
+class RollupSpan(models.TextChoices):
+    HOUR = "hour", "Hour"
+    DAY = "day", "Day"
+
+
+class RunRollup(models.Model):
+    """What the runs created in one hour (or one day, in UTC) by one owner with one
+    agent and answering model, that ended in one status, add up to. Written by
+    ``runs_app.rollups`` in the transaction that ends each run, so the operators'
+    dashboard sums a few rows per period instead of scanning the runs."""
+
+    span = models.CharField(max_length=4, choices=RollupSpan.choices)
+    period = models.DateTimeField(help_text="The hour or UTC day the runs were created in.")
+    agent = models.CharField(max_length=100)
+    model = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=20, choices=choices(RunStatus))
+    runs = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=24, decimal_places=10, default=0)
+    unpriced_turns = models.BigIntegerField(default=0)
+    # Runs that started (those that have a duration), and their durations in ms:
+    # from start to end, and the same less the time spent waiting for people.
+    timed_runs = models.BigIntegerField(default=0)
+    duration_ms = models.BigIntegerField(default=0)
+    working_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "period", "agent", "model", "owner", "status"],
+                name="runrollup_key",
+            )
+        ]
+        indexes = [models.Index(fields=["span", "period"], name="runrollup_span_period")]
+
+    def __str__(self) -> str:
+        return f"{self.runs} {self.status} runs of {self.agent} ({self.span} {self.period})"
+
+
+class LatencyRollup(models.Model):
+    """How many runs of one period, owner, agent and answering model took a time in
+    one bucket (``bucket`` ``b`` holds ``1.1**b <= ms < 1.1**(b+1)``; 0 below
+    1.1 ms): the histogram the dashboard's percentiles are read from."""
+
+    class Measure(models.TextChoices):
+        DURATION = "duration", "From start to end"
+        WORKING = "working", "Working (waits for people left out)"
+
+    span = models.CharField(max_length=4, choices=RollupSpan.choices)
+    period = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    model = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    measure = models.CharField(max_length=8, choices=Measure.choices)
+    bucket = models.PositiveSmallIntegerField()
+    runs = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "period", "agent", "model", "owner", "measure", "bucket"],
+                name="latencyrollup_key",
+            )
+        ]
+        indexes = [models.Index(fields=["span", "period"], name="latencyrollup_span_period")]
+
+    def __str__(self) -> str:
+        return f"{self.runs} runs in bucket {self.bucket} ({self.measure})"
+
+
+class ToolRollup(models.Model):
+    """How the tool calls of the runs of one period, owner, agent and answering
+    model ended, by tool, status and error kind (counted as each run ends)."""
+
+    span = models.CharField(max_length=4, choices=RollupSpan.choices)
+    period = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    model = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    tool = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, choices=choices(ToolCallStatus))
+    error_kind = models.CharField(max_length=32, choices=ERROR_KIND_CHOICES, blank=True)
+    calls = models.BigIntegerField(default=0)
+    duration_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "period", "agent", "model", "owner", "tool", "status", "error_kind"],
+                name="toolrollup_key",
+            )
+        ]
+        indexes = [models.Index(fields=["span", "period"], name="toolrollup_span_period")]
+
+    def __str__(self) -> str:
+        return f"{self.calls} {self.tool} calls {self.status}"

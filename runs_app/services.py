@@ -51,9 +51,10 @@ from goaai.runtime.vocabulary import (
     TurnInterruption,
     sources_of,
 )
-from runs_app import pricing, selectors, telemetry
+from runs_app import pricing, rollups, selectors, telemetry
 from runs_app.metrics import observe_model_latency
 from runs_app.models import AgentVersion, HistorySummary, Run, SessionFork, ToolCall, Turn
+from sessions_app import selectors as session_selectors
 from sessions_app import services as session_services
 from sessions_app.eventlog import EventBatch, recording
 from sessions_app.models import Session
@@ -320,6 +321,7 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             reason=f"the run {status}",
             stopped=stopped,
         )
+    rollups.run_ended(run, owner_id=_owner_of(batch, run.session_id))
     batch.add(
         *payloads.run_ended(
             status=status,
@@ -340,6 +342,17 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
     # Its spans and metrics come from the committed record (runs_app.telemetry).
     transaction.on_commit(partial(telemetry.run_ended, run_id=run_id), robust=True)
     return run
+
+
+def _owner_of(batch: EventBatch, session_id: UUID) -> int:
+    """The owner of ``session_id``: the batch's session's, or (a run another
+    session's run called, stopped with it) read once per process."""
+    if session_id == batch.session_id:
+        return batch.session_owner_id
+    known = session_selectors.session_owner_and_agent(session_id)
+    if known is None:
+        raise NotFound(f"No session {session_id}.")
+    return known[0]
 
 
 def _stopped_by(run: Run) -> dict[str, Any] | None:
@@ -794,12 +807,13 @@ def policy_decision_record(*, run_id: UUID, rule: str, verdict: str, reason: str
         )
 
 
-def _charge(run_id: UUID, usage: Usage, cost: Decimal | None) -> None:
-    """Add what a model call used, and cost (``None``: it had no price), to its run."""
+def _charge(run_id: UUID, usage: Usage, cost: Decimal | None, *, answered_by: str = "") -> None:
+    """Add what a model call used, and cost (``None``: it had no price), to its run;
+    a turn's call names the model that answered it (the run's model from then on)."""
     sql.update(
         Run,
         run_id,
-        {},
+        {"model": answered_by} if answered_by else {},
         add={
             **{kind: getattr(usage, kind) for kind in USAGE_KINDS},
             "total_tokens": usage.total_tokens,
@@ -938,7 +952,7 @@ def turn_complete(
                 "ended_at": batch.now,
             },
         )
-        _charge(run_id, usage, cost)
+        _charge(run_id, usage, cost, answered_by=turn.model)
         batch.add(
             *payloads.turn_completed(
                 turn=turn_id,

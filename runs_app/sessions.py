@@ -17,6 +17,7 @@ from goaai import sql
 from goaai.runtime.vocabulary import SessionStatus
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.services import memory_purge_expired
+from runs_app import rollups
 from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 from runs_app.services import runs_cancel_in_session
 from sessions_app.eventlog import recording
@@ -179,6 +180,7 @@ def sessions_purge(
             if not batch:
                 break
             _detach_from_purged(batch)
+            rollups.runs_forgotten(Run.objects.filter(session_id__in=batch))
             for kind, rows in _purge_targets(batch):
                 counts[kind] += sql.delete_rows(rows)
             # A client may still be watching one: its stream ends (4404).

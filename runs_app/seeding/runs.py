@@ -128,6 +128,8 @@ class RunWriter:
         self.registry = registry
         self.policy_for = policy_for
         self._policies: dict[tuple[str, str], tuple[dict[str, Any], list[Decision]]] = {}
+        # When the first and the last of the runs written were created.
+        self.created: tuple[dt.datetime, dt.datetime] | None = None
         # How each kind of run ends after its tool-calling turns.
         self._endings: dict[RunStatus, Callable[[_Run, int], None]] = {
             RunStatus.COMPLETED: self._answer,
@@ -521,10 +523,13 @@ class RunWriter:
     def _row(self, run: _Run, created_at: dt.datetime, started_at: dt.datetime) -> None:
         shape, conversation = run.shape, run.conversation
         waiting = run.awaiting is not None
+        first, last = self.created or (created_at, created_at)
+        self.created = (min(first, created_at), max(last, created_at))
         self._runs.add(
             id=run.id,
             session_id=conversation.session_id,
             agent=conversation.agent,
+            model=run.model,
             input=run.question,
             output=run.output,
             status=shape.status,

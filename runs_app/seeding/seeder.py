@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from goaai.runtime import rt
+from runs_app import rollups
 from runs_app.seeding.outcomes import Outcomes
 from runs_app.seeding.plan import AgentTools, Odds, Plan, SessionShape
 from runs_app.seeding.runs import RunWriter
@@ -39,6 +40,7 @@ class Seeder:
             registry=registry,
             policy_for=lambda agent, labels: rt.policy_for(registry.get(agent), labels),
         )
+        self.runs = runs
         self.sessions = SessionWriter(
             plan=plan,
             tables=self.tables,
@@ -66,6 +68,7 @@ class Seeder:
             done += size
             if progress is not None:
                 progress(done, total)
+        self._count()
         return self.tables.counts
 
     def session(self, shape: SessionShape, *, owner_id: int, position: float = 1.0) -> None:
@@ -73,6 +76,13 @@ class Seeder:
         with transaction.atomic():
             self.sessions.write(shape, owner_id=owner_id, position=position)
             self.tables.flush()
+        self._count()
+
+    def _count(self) -> None:
+        """The dashboard's rollups of the days the runs were written in, counted
+        again (the rows went in without the services that keep them)."""
+        if self.runs.created is not None:
+            rollups.recount(*self.runs.created)
 
     def _owners(self) -> list[int]:
         user_model = get_user_model()
