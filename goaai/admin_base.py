@@ -6,10 +6,15 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.filters import ChoicesFieldListFilter, FieldListFilter
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, ForeignKey, IntegerField, Model, OuterRef, Q, QuerySet, Subquery
@@ -53,6 +58,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     paginator = BoundedCountPaginator
     list_per_page = 100
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CheckedChangeList
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -61,6 +69,32 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# A record's page shows a field when its test passes (fields without one always).
+FieldTest = Callable[[Any], bool]
+
+
+def shown_fields(fields: Sequence[Any], obj: Any, shown_when: Mapping[str, FieldTest]) -> list[Any]:
+    """``fields`` without those whose test in ``shown_when`` fails for ``obj``: a
+    record's page shows what the record holds, not every column it could hold (no
+    "Error retryable: no" on a run that did not fail)."""
+    return [name for name in fields if name not in shown_when or shown_when[name](obj)]
+
+
+def holds(attribute: str) -> FieldTest:
+    """The test of a field shown when ``attribute`` holds something (not ``None``,
+    ``""``, ``0``, ``False``, ``[]`` or ``{}``)."""
+
+    def test(obj: Any) -> bool:
+        return bool(getattr(obj, attribute))
+
+    return test
+
+
+def never(obj: Any) -> bool:
+    """The test of a field kept for the machinery (digests, fingerprints): never shown."""
+    return False
 
 
 def admin_link(obj: Model | None, label: str | None = None) -> str:
@@ -107,11 +141,97 @@ def related_count(model: type[Model], field: str) -> Subquery:
 # Filters
 
 
+class FilterValueError(ValueError):
+    """A value given to a filter (typed in its box, or in a link) that it cannot
+    use; the message says what it expects instead."""
+
+
+# How much of a refused value the message repeats.
+_SHOWN_VALUE = 80
+
+
+def refuse_filter_value(request: HttpRequest, parameter: str, value: str, why: str) -> None:
+    """Tell the operator that the value of ``parameter`` was refused, and why: the
+    list then shows nothing (never every row, as if the filter were not there).
+    Said once a page, however often the list is filtered (its counts filter again)."""
+    said: set[tuple[str, str]] = request.__dict__.setdefault("_goaai_refused_filters", set())
+    if (parameter, value) in said:
+        return
+    said.add((parameter, value))
+    shown = value if len(value) <= _SHOWN_VALUE else value[: _SHOWN_VALUE - 1] + "…"
+    messages.error(
+        request,
+        f"Filter {parameter}={shown!r} was not applied: {why} Nothing is listed until "
+        "it is corrected or cleared.",
+        fail_silently=True,
+    )
+
+
+def _reason(wrong: IncorrectLookupParameters) -> str:
+    """What Django found wrong with a lookup, in its own words."""
+    cause = wrong.args[0] if wrong.args else wrong
+    if isinstance(cause, ValidationError):
+        return " ".join(cause.messages)
+    return str(cause).rstrip(".") + "."
+
+
+class CheckedChangeList(ChangeList):
+    """A changelist whose field filters (``"scope"``, ``"requires_approval"``)
+    refuse what they cannot use as goaai's own filters do: a value that is not one
+    of the field's choices, or not of its type (``requires_approval__exact=maybe``),
+    lists nothing and says so. Django would list every row instead: silently for an
+    unknown choice, and by sending the page back without any filter for the rest."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        found = super().get_filters(request)
+        self.refused = False
+        for spec in found[0]:
+            if isinstance(spec, ChoicesFieldListFilter) and spec.lookup_val:
+                self.refused |= _refuse_unknown_choices(request, spec)
+        return found
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        try:
+            queryset = super().get_queryset(request, exclude_parameters)
+        except IncorrectLookupParameters as wrong:
+            if not hasattr(self, "filter_specs"):
+                raise
+            for parameter, values in self._field_lookups().items():
+                refuse_filter_value(request, parameter, values[-1], _reason(wrong))
+            return self.root_queryset.none()
+        return queryset.none() if self.refused else queryset
+
+    def _field_lookups(self) -> dict[str, list[str]]:
+        """The lookups of the query string that no goaai filter took (Django's field
+        filters', and lookups typed by hand)."""
+        taken = {
+            parameter
+            for spec in self.filter_specs
+            if not isinstance(spec, FieldListFilter)
+            for parameter in spec.expected_parameters()
+        }
+        lookups: dict[str, list[str]] = self.get_filters_params()
+        return {key: values for key, values in lookups.items() if key not in taken}
+
+
+def _refuse_unknown_choices(request: HttpRequest, spec: ChoicesFieldListFilter) -> bool:
+    known = [str(value) for value, _ in spec.field.flatchoices]
+    # Django keeps every value the query string gave the parameter.
+    given: list[str] = list(spec.lookup_val or ())
+    unknown = [value for value in given if value not in known]
+    for value in unknown:
+        refuse_filter_value(
+            request, spec.lookup_kwarg, value, f"expected one of {', '.join(known)}."
+        )
+    return bool(unknown)
+
+
 class InputFilter(admin.ListFilter):
     """A filter with a text box, for values too many to list (owners, labels, dates).
 
     Subclasses name their ``parameter_name`` and turn the typed value into a
-    condition in :meth:`condition`; a value it cannot read filters nothing and says so.
+    condition in :meth:`condition`; a value it cannot read filters everything out
+    and the page says what was wrong with it (:func:`refuse_filter_value`).
     """
 
     template = "admin/input_filter.html"
@@ -150,16 +270,27 @@ class InputFilter(admin.ListFilter):
             "others": self.others,
         }
 
-    def condition(self, value: str) -> Q | None:
+    def condition(self, value: str) -> Q:
+        """The condition ``value`` stands for; :class:`FilterValueError` saying what
+        is expected when it stands for none."""
         raise NotImplementedError
+
+    def filtered(self, queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
+        """``queryset`` narrowed to what ``value`` asks for (by :meth:`condition`)."""
+        return queryset.filter(self.condition(value))
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if not self.value:
             return queryset
-        condition = self.condition(self.value)
-        if condition is None:
+        try:
+            return self.filtered(queryset, self.value)
+        except FilterValueError as refused:
+            refuse_filter_value(request, self.parameter_name, self.value, str(refused))
             return queryset.none()
-        return queryset.filter(condition)
+
+
+# Django's own limit on usernames.
+_USERNAME_LENGTH = 150
 
 
 def owner_filter(lookup: str) -> type[InputFilter]:
@@ -170,7 +301,11 @@ def owner_filter(lookup: str) -> type[InputFilter]:
         parameter_name = "owner"
         placeholder = "username"
 
-        def condition(self, value: str) -> Q | None:
+        def condition(self, value: str) -> Q:
+            if len(value) > _USERNAME_LENGTH:
+                raise FilterValueError(
+                    f"expected a username, which has at most {_USERNAME_LENGTH} characters."
+                )
             return Q(**{f"{lookup}__username": value})
 
     return OwnerFilter
@@ -183,71 +318,87 @@ class LabelFilter(InputFilter):
     parameter_name = "label"
     placeholder = "tier:free"
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        key, sep, value = self.value.partition(":")
-        if not self.value:
-            return queryset
+    def filtered(self, queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
+        key, sep, label = value.partition(":")
         if not sep or not key:
-            return queryset.none()
+            raise FilterValueError(
+                "expected a label as key:value, such as tier:free (the value may be empty)."
+            )
         matching: QuerySet[Any] = queryset.alias(_label=KeyTransform(key, "labels"))
-        return matching.filter(_label=value)
+        return matching.filter(_label=label)
 
 
-def _moment(value: str, *, end: bool) -> dt.datetime | None:
+_EXPECTED_MOMENT = (
+    "expected a date (YYYY-MM-DD) or an ISO 8601 date-time, such as 2026-12-02T14:00:00+00:00"
+)
+# An offset whose "+" arrived as a space (a link that did not encode it):
+# "2026-12-02T14:00:00 00:00" is "2026-12-02T14:00:00+00:00".
+_SPACED_OFFSET = re.compile(r"^(.+[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?) (\d{2}(?::?\d{2})?)$")
+
+
+def _moment(value: str, *, end: bool) -> dt.datetime:
     """A typed date (``2026-11-29``, the whole day) or date and time (ISO 8601), in
-    UTC; ``None`` for what no calendar has (``2026-02-30``) or what lies outside the
-    years 1 to 9999 in UTC. Until the last day there is means no end at all."""
+    UTC; :class:`FilterValueError` for what is neither, what no calendar has
+    (``2026-02-30``) and what lies outside the years 1 to 9999 in UTC. Until the last
+    day there is means no end at all."""
+    text = _SPACED_OFFSET.sub(r"\1+\2", value)
     try:
-        day = parse_date(value) if len(value) == 10 else None
-        moment = None if day is not None else parse_datetime(value)
-    except ValueError:
-        return None
+        day = parse_date(text) if len(text) == 10 else None
+        moment = None if day is not None else parse_datetime(text)
+    except ValueError as impossible:
+        # What the calendar refuses: "month must be in 1..12", "year 0 is out of range".
+        raise FilterValueError(f"no calendar has it ({impossible}); {_EXPECTED_MOMENT}.") from None
     if day is not None:
         if end and day == dt.date.max:
             return dt.datetime.max.replace(tzinfo=dt.UTC)
         moment = dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time())
     if moment is None:
-        return None
+        raise FilterValueError(f"{_EXPECTED_MOMENT}.")
     if timezone.is_naive(moment):
         return moment.replace(tzinfo=dt.UTC)
     try:
         return moment.astimezone(dt.UTC)
     except OverflowError:
-        return None
+        raise FilterValueError("it lies outside the years 1 to 9999 in UTC.") from None
 
 
-def date_range_filters(field: str, label: str = "created") -> list[type[InputFilter]]:
-    """Two filters, from and until, on a date-time ``field``."""
+def date_range_filters(
+    field: str, label: str = "created", *, parameter: str = ""
+) -> list[type[InputFilter]]:
+    """Two filters, from and until, on a date-time ``field`` (through a relation
+    too: ``run__created_at``), named ``<parameter>_from`` and ``<parameter>_until``
+    (``parameter`` is ``field`` unless given)."""
+    name = parameter or field
 
     class From(InputFilter):
         title = f"{label} from"
-        parameter_name = f"{field}_from"
+        parameter_name = f"{name}_from"
         placeholder = "YYYY-MM-DD"
 
-        def condition(self, value: str) -> Q | None:
-            moment = _moment(value, end=False)
-            return None if moment is None else Q(**{f"{field}__gte": moment})
+        def condition(self, value: str) -> Q:
+            return Q(**{f"{field}__gte": _moment(value, end=False)})
 
     class Until(InputFilter):
         title = f"{label} until"
-        parameter_name = f"{field}_until"
+        parameter_name = f"{name}_until"
         placeholder = "YYYY-MM-DD"
 
-        def condition(self, value: str) -> Q | None:
-            moment = _moment(value, end=True)
-            return None if moment is None else Q(**{f"{field}__lt": moment})
+        def condition(self, value: str) -> Q:
+            return Q(**{f"{field}__lt": _moment(value, end=True)})
 
     return [From, Until]
 
 
 def choices_filter(
-    title: str, lookup: str, values: Callable[[], Iterable[str]]
+    title: str, lookup: str, values: Callable[[], Iterable[str]], *, parameter: str = ""
 ) -> type[admin.SimpleListFilter]:
-    """A filter whose choices come from code (agents, tool names), not from a
-    ``SELECT DISTINCT`` over a table of millions of rows."""
+    """A filter whose choices come from code (agents, models, tool names), not from
+    a ``SELECT DISTINCT`` over a table of millions of rows. A value that is not a
+    choice filters too (the rows of an agent since removed stay reachable by link).
+    Its URL parameter is ``parameter``, or ``lookup`` unless given."""
 
     class ChoicesFilter(admin.SimpleListFilter):
-        parameter_name = lookup
+        parameter_name = parameter or lookup
 
         def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
             return [(value, value) for value in sorted(set(values()))]
@@ -261,8 +412,49 @@ def choices_filter(
     return ChoicesFilter
 
 
+def vocabulary_filter(
+    title: str,
+    lookup: str,
+    vocabulary: Iterable[tuple[str, str]],
+    *,
+    parameter: str = "",
+    also: Q | None = None,
+) -> type[admin.SimpleListFilter]:
+    """A filter over a closed set of values (statuses, error kinds), in the order
+    given: a value outside it is refused with the list of those it takes. ``also``
+    is a condition every filtered row meets besides (a waiting run's status)."""
+    choices = [(str(value), str(label)) for value, label in vocabulary]
+    known = ", ".join(value for value, _ in choices)
+
+    class VocabularyFilter(admin.SimpleListFilter):
+        parameter_name = parameter or lookup
+
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+            return choices
+
+        def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+            value = self.value()
+            if value is None:
+                return queryset
+            if value not in dict(choices):
+                why = f"expected one of {known}."
+                refuse_filter_value(request, str(self.parameter_name), value, why)
+                return queryset.none()
+            matching = queryset.filter(**{lookup: value})
+            return matching if also is None else matching.filter(also)
+
+    VocabularyFilter.title = title
+    return VocabularyFilter
+
+
 def agent_ids() -> list[str]:
     return [agent.id for agent in rt.agents.all()]
+
+
+def agent_models() -> list[str]:
+    """The models the agents are set to use (``scripted``, ``<profile>:<model>``):
+    what runs' and turns' ``model`` hold."""
+    return [agent.model for agent in rt.agents.all()]
 
 
 def tool_names() -> list[str]:

@@ -8,8 +8,10 @@ from rest_framework.routers import SimpleRouter
 
 from memory_app.api.views import MemoryViewSet
 from runs_app.api.agents import AgentDetailView, AgentListView, AgentVersionListView
+from runs_app.api.datasets import ScoredRunsDatasetView
 from runs_app.api.feedback import RunFeedbackViewSet
 from runs_app.api.redo import RunRedoViewSet
+from runs_app.api.scores import RunScoreViewSet
 from runs_app.api.usage import UsageViewSet
 from runs_app.api.views import (
     RunViewSet,
@@ -71,6 +73,23 @@ urlpatterns = [
         "runs/<uuid:pk>/feedback/",
         RunFeedbackViewSet.as_view({"post": "give", "delete": "take_back"}),
         name="run-feedback",
+    ),
+    path(
+        "runs/<uuid:pk>/scores/",
+        RunScoreViewSet.as_view({"get": "list", "post": "create"}),
+        name="run-scores",
+    ),
+    path(
+        "runs/<uuid:pk>/scores/<uuid:score_id>/",
+        RunScoreViewSet.as_view(
+            {"get": "retrieve", "patch": "partial_update", "delete": "destroy"}
+        ),
+        name="run-score",
+    ),
+    path(
+        "datasets/scored-runs.jsonl",
+        ScoredRunsDatasetView.as_view(),
+        name="dataset-scored-runs",
     ),
     path("me/preferences/", PreferencesView.as_view(), name="me-preferences"),
     path("usage/", UsageViewSet.as_view({"get": "report"}), name="usage"),

@@ -381,6 +381,8 @@ SPECTACULAR_SETTINGS = {
         "MemoryScopeEnum": "goaai.runtime.vocabulary.MEMORY_SCOPE_CHOICES",
         "RunStatusEnum": "goaai.runtime.vocabulary.RUN_STATUS_CHOICES",
         "ToolCallStatusEnum": "goaai.runtime.vocabulary.TOOL_CALL_STATUS_CHOICES",
+        "ScoreKindEnum": "goaai.runtime.vocabulary.SCORE_KIND_CHOICES",
+        "ScoreSourceEnum": "goaai.runtime.vocabulary.SCORE_SOURCE_CHOICES",
         "SessionStatusEnum": "sessions_app.models.SessionStatus",
         "ValidationErrorEnum": f"{_ERROR_ENUMS}.ValidationErrorEnum.choices",
         "ClientErrorEnum": f"{_ERROR_ENUMS}.ClientErrorEnum.choices",

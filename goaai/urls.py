@@ -10,6 +10,11 @@ from sessions_app.views import token_create, token_revoke, user_settings, webhoo
 admin.site.site_header = "goaai operations"
 admin.site.site_title = "goaai"
 admin.site.index_title = "Sessions, runs and memory"
+admin.site.index_template = "admin/goaai_index.html"
+# The console's lists need the page's width (a run a line at 1440 px, beside the
+# filters): the models are listed on its home page, a click away in every page's
+# breadcrumbs, rather than in a sidebar on every page.
+admin.site.enable_nav_sidebar = False
 
 urlpatterns = [
     # Probes and monitoring: no credentials (metrics: loopback or a bearer secret).

@@ -6,7 +6,9 @@ needs, for another user's run: ``runs_app.view_run``, ``runs_app.view_turn`` and
 ``runs_app.view_toolcall`` to read the run, its turns and its tool calls;
 ``runs_app.cancel_run`` to cancel it; ``runs_app.respond_run`` to approve or deny
 the tool call it waits on or answer its question; ``runs_app.add_run`` to post a
-message (start a run) in another user's session.
+message (start a run) in another user's session; ``runs_app.add_score`` to score
+it. A score (other than a user's feedback) is its author's to change or delete;
+anyone else needs ``runs_app.change_score`` or ``runs_app.delete_score``.
 
 A timeline or an export shows a whole record at once, so it needs every permission
 the record's parts need: a run's record is the run with its turns, tool calls and
@@ -21,14 +23,17 @@ from typing import Any
 from django.db.models import Model
 
 from goaai.access import allowed, has_permission
+from goaai.runtime.vocabulary import ScoreSource
 from memory_app.models import MemoryEntry
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import Run, Score, ToolCall, Turn
 from sessions_app.models import RunEvent, Session
 from sessions_app.selectors import session_owner_and_agent
 
 RUN_RECORD: tuple[type[Model], ...] = (Run, Turn, ToolCall, RunEvent)
 SESSION_RECORD: tuple[type[Model], ...] = (Session, *RUN_RECORD)
 SESSION_EXPORT: tuple[type[Model], ...] = (*SESSION_RECORD, MemoryEntry)
+# A dataset of scored runs holds each run with its tool calls and scores.
+DATASET_RECORD: tuple[type[Model], ...] = (Run, Turn, ToolCall, Score)
 
 
 def run_owner_id(run: Run) -> int | None:
@@ -90,3 +95,18 @@ def canceled_by(user: Any, reason: str = "") -> str:
     ``run.canceled`` event (the name first: a reason is cut at 200 characters)."""
     by = f"canceled by {user.get_username()} (user {user.pk})"
     return f"{by}: {reason}" if reason else by
+
+
+def may_score(user: Any, run: Run) -> bool:
+    """Whether ``user`` may add a score to ``run``: their own, or anyone's with
+    ``runs_app.add_score``."""
+    return allowed(user, Score, "add", run_owner_id(run))
+
+
+def may_edit_score(user: Any, score: Score, action: str) -> bool:
+    """Whether ``user`` may ``change`` or ``delete`` ``score``: one they gave, or
+    anyone's with the permission; never a user's feedback, which its user changes
+    through the feedback endpoint."""
+    if score.source == ScoreSource.FEEDBACK:
+        return False
+    return allowed(user, Score, action, score.author_id)

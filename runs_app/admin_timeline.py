@@ -8,6 +8,9 @@ a view that shows other users' conversations must not rely on being wired right.
 Being staff shows nothing by itself: a timeline shows a whole record, so another
 user's takes the permission to read each of its parts (see runs_app.access), and
 one the viewer may not read is "not found"; Cancel takes ``runs_app.cancel_run``.
+A run's timeline lists its scores; adding one takes ``runs_app.add_score``, and a
+staff or API score is its author's to change or delete (anyone's, with
+``runs_app.change_score`` or ``runs_app.delete_score``). Each of those is logged.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
     HttpResponseRedirect,
     JsonResponse,
     StreamingHttpResponse,
@@ -30,12 +34,13 @@ from django.http import (
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from goaai.access import CHANGE, log_actions
+from goaai.access import ADDITION, CHANGE, DELETION, has_permission, log_actions
 from goaai.runtime import rt
 from goaai.runtime.errors import GoaaiError
-from runs_app import access
+from goaai.runtime.vocabulary import ScoreSource
+from runs_app import access, scores
 from runs_app.api.serializers import (
     RunEventSerializer,
     RunSerializer,
@@ -43,7 +48,7 @@ from runs_app.api.serializers import (
     TurnSerializer,
 )
 from runs_app.export import run_document_stream
-from runs_app.models import Run, ToolCall, Turn
+from runs_app.models import Run, Score, ToolCall, Turn
 from runs_app.timeline.filters import VIEWS, TimelineFilter, event_type_choices
 from runs_app.timeline.headers import (
     run_for_timeline,
@@ -52,6 +57,7 @@ from runs_app.timeline.headers import (
     session_header,
 )
 from runs_app.timeline.pages import PAGE_SIZE, event_page
+from runs_app.timeline.scores import ScoreForm, add_form, edit_form, score_panel
 from runs_app.timeline.values import DISPLAY_CAP
 from sessions_app.models import RunEvent, Session
 
@@ -84,13 +90,28 @@ def _page_context(request: HttpRequest, filters: TimelineFilter) -> dict[str, An
     }
 
 
-@require_GET
-def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """Every event of a run in order, a page at a time, with what each refers to."""
+def _readable_run(request: HttpRequest, run_id: UUID) -> Run:
     _require_staff(request)
     run = run_for_timeline(run_id)
     if run is None or not access.can_read_run_record(request.user, run):
         raise Http404("No such run.")
+    return run
+
+
+@require_http_methods(["GET", "POST"])
+def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Every event of a run in order, a page at a time, with what each refers to.
+    A POST is one of its Scores panel's forms: a form refused is shown again at the
+    same address, every link of the page still its own."""
+    run = _readable_run(request, run_id)
+    if request.method == "POST":
+        return _score_post(request, run)
+    return _run_timeline_page(request, run, score_panel(request.user, run))
+
+
+def _run_timeline_page(
+    request: HttpRequest, run: Run, scores_panel: dict[str, Any], status: int = 200
+) -> HttpResponse:
     filters = TimelineFilter.from_query(request.GET)
     header = run_header(run)
     base_url = reverse("admin:runs_app_run_timeline", args=[run.id])
@@ -116,8 +137,9 @@ def run_timeline(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "session_timeline_url": reverse(
             "admin:sessions_app_session_timeline", args=[run.session_id]
         ),
+        "scores": scores_panel,
     }
-    return TemplateResponse(request, "admin/runs_app/run/timeline.html", context)
+    return TemplateResponse(request, "admin/runs_app/run/timeline.html", context, status=status)
 
 
 @require_GET
@@ -269,3 +291,106 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
     else:
         messages.info(request, "Cancel requested: the run stops at its next step.")
     return HttpResponseRedirect(target)
+
+
+# Scores from the timeline
+
+
+def _scores_anchor(run: Run) -> str:
+    return reverse("admin:runs_app_run_timeline", args=[run.pk]) + "#tl-scores"
+
+
+def _refused(request: HttpRequest, run: Run, **forms: ScoreForm) -> HttpResponse:
+    """The timeline again, with the form sent back and what was wrong in it."""
+    messages.error(request, "The score was not saved: see what is wrong below.")
+    return _run_timeline_page(request, run, score_panel(request.user, run, **forms), status=400)
+
+
+def _score_add(request: HttpRequest, run: Run) -> HttpResponse:
+    """Add a staff score to a run that has ended (``runs_app.add_score``)."""
+    if not has_permission(request.user, Score, "add"):
+        raise PermissionDenied
+    form = add_form(request.POST)
+    if not form.is_valid():
+        return _refused(request, run, adding=form)
+    try:
+        score = scores.score_add(
+            run_id=run.pk, author_id=request.user.pk, source=ScoreSource.STAFF, entry=form.entry
+        )
+    except scores.RunNotEnded as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(_scores_anchor(run))
+    shown = f"{score.name} = {scores.score_shown(score)}"
+    log_actions(
+        request.user, [score], ADDITION, f"Scored run {run.pk}: {shown} (from its timeline)"
+    )
+    messages.success(request, f"Score {shown} added.")
+    return HttpResponseRedirect(_scores_anchor(run))
+
+
+def _score_of(request: HttpRequest, run: Run, action: str) -> Score:
+    """The score of ``run`` the form names, if ``action`` on it is the viewer's."""
+    try:
+        score_id = UUID(request.POST.get("score_id", ""))
+    except ValueError:
+        raise Http404("No such score.") from None
+    score = get_object_or_404(Score.objects.select_related("author"), pk=score_id, run_id=run.pk)
+    if not access.may_edit_score(request.user, score, action):
+        raise PermissionDenied
+    return score
+
+
+def _score_change(request: HttpRequest, run: Run) -> HttpResponse:
+    """Change a staff or API score: its author's, or anyone's with
+    ``runs_app.change_score``."""
+    score = _score_of(request, run, "change")
+    before = f"{score.name} = {scores.score_shown(score)}"
+    form = edit_form(score, request.POST)
+    if not form.is_valid():
+        return _refused(request, run, editing=form)
+    entry = form.entry
+    try:
+        changed = scores.score_change(
+            score_id=score.pk, name=entry.name, score=entry.score, comment=entry.comment
+        )
+    except GoaaiError as exc:  # deleted meanwhile
+        messages.error(request, f"The score was not changed: {exc}")
+        return HttpResponseRedirect(_scores_anchor(run))
+    after = f"{changed.name} = {scores.score_shown(changed)}"
+    log_actions(
+        request.user,
+        [changed],
+        CHANGE,
+        f"Changed score {before} to {after} on run {run.pk} (from its timeline)",
+    )
+    messages.success(request, f"Score changed to {after}.")
+    return HttpResponseRedirect(_scores_anchor(run))
+
+
+def _score_delete(request: HttpRequest, run: Run) -> HttpResponse:
+    """Delete a staff or API score: its author's, or anyone's with
+    ``runs_app.delete_score``."""
+    score = _score_of(request, run, "delete")
+    shown = f"{score.name} = {scores.score_shown(score)}"
+    # Logged first: the log names the score as it was.
+    log_actions(
+        request.user,
+        [score],
+        DELETION,
+        f"Deleted score {shown} of run {run.pk} (from its timeline)",
+    )
+    scores.score_delete(score_id=score.pk)
+    messages.success(request, f"Score {shown} deleted.")
+    return HttpResponseRedirect(_scores_anchor(run))
+
+
+_SCORE_ACTIONS = {"add": _score_add, "change": _score_change, "delete": _score_delete}
+
+
+def _score_post(request: HttpRequest, run: Run) -> HttpResponse:
+    """One of the Scores panel's forms, by its ``score_action`` (a POST through
+    admin_view, CSRF-protected)."""
+    action = _SCORE_ACTIONS.get(request.POST.get("score_action", ""))
+    if action is None:
+        return HttpResponseBadRequest("Unknown score action: expected add, change or delete.")
+    return action(request, run)

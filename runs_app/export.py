@@ -27,6 +27,8 @@ EXPORT_FORMAT = "goaai.session.v1"
 RUN_EXPORT_FORMAT = "goaai.run.v1"
 # Rows read from the database at a time while a document is written.
 _CHUNK = 1000
+# The order a run's tool calls are read in, in every export (datasets too).
+TOOL_CALL_ORDER = ("created_at", "index")
 
 
 def _session_parts(
@@ -49,7 +51,7 @@ def _session_parts(
     ).order_by("created_at")
     summaries = HistorySummary.objects.filter(session=session).order_by("created_at")
     turns = Turn.objects.filter(run__session=session).order_by("run_id", "index")
-    calls = ToolCall.objects.filter(session=session).order_by("created_at", "index")
+    calls = ToolCall.objects.filter(session=session).order_by(*TOOL_CALL_ORDER)
     events = RunEvent.objects.filter(session=session).order_by("seq")
     memory = MemoryEntry.objects.filter(scope=MemoryScope.SESSION, session=session)
     lists: list[tuple[str, Iterator[Any]]] = [
@@ -110,7 +112,7 @@ def _run_parts(run: Run) -> tuple[dict[str, Any], list[tuple[str, Iterator[Any]]
         ],
     }
     turns = Turn.objects.filter(run_id=run.pk).order_by("index")
-    calls = ToolCall.objects.filter(run_id=run.pk).order_by("created_at", "index")
+    calls = ToolCall.objects.filter(run_id=run.pk).order_by(*TOOL_CALL_ORDER)
     events = RunEvent.objects.filter(run_id=run.pk).order_by("seq")
     lists: list[tuple[str, Iterator[Any]]] = [
         ("turns", (TurnSerializer(t).data for t in turns.iterator(chunk_size=_CHUNK))),

@@ -695,7 +695,16 @@ class ToolRollup(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["span", "period", "agent", "model", "owner", "tool", "status", "error_kind"],
+                fields=[
+                    "span",
+                    "period",
+                    "agent",
+                    "model",
+                    "owner",
+                    "tool",
+                    "status",
+                    "error_kind",
+                ],
                 name="toolrollup_key",
             )
         ]

@@ -215,7 +215,11 @@ def runs_forgotten(runs: QuerySet[Run]) -> None:
     (those that had not ended were never counted)."""
     ended = runs.filter(status__in=ENDED)
     tally = Tally(sign=-1)
-    for row in ended.values_list(*RUN_FIELDS).iterator(chunk_size=2000):
+    # Unordered: iterator() is a server-side cursor on PostgreSQL, planned to return
+    # its first rows fast, and in the runs' default order (newest first) that is a
+    # walk down every run by created_at looking for those of the sessions going
+    # (3 s for a purge batch of 500 sessions among a million runs, 0.4 s without).
+    for row in ended.values_list(*RUN_FIELDS).order_by().iterator(chunk_size=2000):
         tally.add_run(RunRow(*row))
     tally.add_tools(ended)
     _write(tally)

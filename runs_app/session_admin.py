@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from goaai.access import CHANGE, log_actions
 from goaai.admin_base import (
@@ -23,10 +24,12 @@ from goaai.admin_base import (
     owner_filter,
     related_count,
 )
+from goaai.admin_cells import excerpt_cell, time_column
 from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import SessionStatus
 from runs_app import admin_timeline as timeline
 from runs_app.access import SESSION_EXPORT, may_read_every_record
+from runs_app.admin_display import record_cell
 from runs_app.export import session_document
 from runs_app.models import Run
 from runs_app.sessions import session_end
@@ -39,17 +42,18 @@ from sessions_app.services import session_delete
 
 class SessionAdmin(ReadOnlyAdmin):
     list_display = [
-        "id",
-        "title",
+        "session_id",
+        "title_excerpt",
         "owner",
         "agent",
         "status",
         "run_count",
         "cost",
         "last_event_seq",
-        "created_at",
-        "ended_at",
+        time_column("created_at", "Created"),
+        time_column("ended_at", "Ended"),
     ]
+    list_display_links = None
     list_filter = [
         "status",
         choices_filter("agent", "agent", agent_ids),
@@ -86,6 +90,14 @@ class SessionAdmin(ReadOnlyAdmin):
         sessions: QuerySet[Session] = super().get_queryset(request)
         sessions = sessions_with_usage(sessions, fields=("cost", "unpriced_turns"))
         return sessions.annotate(_runs=related_count(Run, "session"))
+
+    @admin.display(description="Session")
+    def session_id(self, obj: Session) -> SafeString | None:
+        return record_cell(Session, obj.pk, "session id")
+
+    @admin.display(description="Title", ordering="title")
+    def title_excerpt(self, obj: Session) -> SafeString | None:
+        return excerpt_cell(obj.title, 60) if obj.title else None
 
     @admin.display(description="Runs", ordering="_runs")
     def run_count(self, obj: Session) -> int:

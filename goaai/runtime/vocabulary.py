@@ -317,6 +317,8 @@ WRITER_KIND_CHOICES = choices(WriterKind)
 RUN_STATUS_CHOICES = choices(RunStatus)
 TOOL_CALL_STATUS_CHOICES = choices(ToolCallStatus)
 MEMORY_SCOPE_CHOICES = choices(MemoryScope)
+SCORE_KIND_CHOICES = choices(ScoreKind)
+SCORE_SOURCE_CHOICES = choices(ScoreSource)
 
 
 # Webhooks

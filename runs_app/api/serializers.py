@@ -131,6 +131,7 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "session",
             "agent",
             "agent_version",
+            "model",
             "status",
             "input",
             "output",
@@ -167,6 +168,10 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "retry_of": {"help_text": "The failed or stopped run this one asks again."},
             "regenerates": {"help_text": "The run whose answer this one gives again."},
             "edit_of": {"help_text": "The run whose message this one changes."},
+            "model": {
+                "help_text": "The model that answered the run's latest turn "
+                "(`<profile>:<model>`); empty before its first."
+            },
             "cancel_reason": {
                 "help_text": "Why the run was stopped, as the request said (or, for a "
                 "policy, the rule that ended it); empty for a run nobody stopped."

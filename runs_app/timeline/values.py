@@ -13,6 +13,10 @@ from django.db.models import TextField
 from django.db.models.functions import Cast, Length, Substr
 from django.urls import reverse
 
+# One way to write a duration and a one-line value, in the timeline as in every list.
+from goaai.admin_cells import format_duration as format_duration
+from goaai.admin_cells import one_line as one_line
+
 # A value longer than this is cut in the HTML; the rest loads on demand.
 DISPLAY_CAP = 2000
 # Values up to this size are read whole from the database; bigger ones are read cut.
@@ -81,13 +85,6 @@ def payload_url(kind: str, object_id: object, field_name: str = "") -> str:
     return f"{url}?field={field_name}" if field_name else url
 
 
-def one_line(value: Any, limit: int = 120) -> str:
-    """A value as one line of at most ``limit`` characters, for a table cell."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def format_cost(cost: Decimal | None) -> str:
     """A cost in US dollars an operator reads at a glance: $12.35, $0.0123, $0.00012
     (two significant digits below a cent), $0; "unknown" without a price."""
@@ -113,21 +110,6 @@ def format_tokens(count: int) -> str:
 
 
 # Times
-
-
-def format_duration(seconds: float | None) -> str:
-    """A duration an operator reads at a glance: 12 ms, 1.25 s, 3 min 4 s, 2 h 5 min."""
-    if seconds is None:
-        return ""
-    sign = "\u2212" if seconds < 0 else ""  # a minus sign, not a hyphen
-    seconds = abs(seconds)
-    if seconds < 1:
-        return f"{sign}{round(seconds * 1000)} ms"
-    if seconds < 60:
-        return f"{sign}{seconds:.2f} s"
-    if seconds < 3600:
-        return f"{sign}{int(seconds // 60)} min {int(seconds % 60)} s"
-    return f"{sign}{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
 
 
 def format_elapsed(moment: dt.datetime, origin: dt.datetime | None) -> str:

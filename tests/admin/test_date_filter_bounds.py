@@ -1,5 +1,6 @@
 """Dates typed into the console's from/until boxes that no calendar has, or that
-lie past the ends of the datetime range, filter nothing: never a 500."""
+lie past the ends of the datetime range, filter everything out and say so: never a
+500, never every row as if the filter were not there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.contrib import admin
 from django.urls import reverse
 
 from goaai.admin_base import InputFilter
+from tests.admin.messages import error_messages
 from tests.factories import RunFactory, ToolCallFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +17,7 @@ pytestmark = pytest.mark.django_db
 OUT_OF_RANGE = [
     "2026-02-30",
     "2026-13-01",
+    "2026-13-40",
     "0000-01-01",
     "2026-02-30T10:00:00",
     "2026-01-01T25:00:00",
@@ -39,7 +42,11 @@ def _date_filtered_changelists() -> list[tuple[str, str]]:
 
 
 def test_every_changelist_has_been_found() -> None:
-    assert len(_date_filtered_changelists()) >= 8
+    found = _date_filtered_changelists()
+    assert len(found) >= 8
+    names = {url_name for url_name, _ in found}
+    for listed in ("run", "turn", "toolcall", "runevent", "score", "memoryentry", "session"):
+        assert any(name.endswith(f"_{listed}_changelist") for name in names), listed
 
 
 @pytest.mark.parametrize("value", OUT_OF_RANGE)
@@ -50,6 +57,9 @@ def test_out_of_range_dates_filter_nothing(client, value: str) -> None:
         response = client.get(reverse(url_name), {parameter: value})
         assert response.status_code == 200, (url_name, parameter, value)
         assert list(response.context["cl"].result_list) == [], (url_name, parameter, value)
+        (said,) = error_messages(response)
+        assert said.startswith(f"Filter {parameter}={value!r} was not applied: "), said
+        assert "Nothing is listed" in said
 
 
 def test_until_the_last_day_there_is_keeps_every_row(client) -> None:

@@ -184,7 +184,8 @@ def test_an_auditor_reads_every_page(as_user, records):
 def test_an_auditor_gets_no_action_and_no_button(as_user, records):
     client = as_user(staff_user("erin", groups=("Auditors",)))
     assert actions_offered(client, Session) == {"export_json", "export_csv"}
-    assert actions_offered(client, Run) == {"export_json", "export_csv"}
+    # Exports only: she reads every record, scores included (a dataset of them).
+    assert actions_offered(client, Run) == {"export_json", "export_csv", "export_dataset"}
     assert actions_offered(client, ApiToken) == set()
     assert actions_offered(client, MemoryEntry) == set()
     page = client.get(timelines(records)["run"]).content.decode()

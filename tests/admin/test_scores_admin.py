@@ -63,7 +63,8 @@ def test_the_list_shows_each_score_with_its_run(staff_client, scored):
     assert response.status_code == 200
     page = response.content.decode()
     assert rows(response) == 3
-    run_page = reverse("admin:runs_app_run_change", args=[scored["alices"].pk])
+    # A run opens at its timeline, as in every list.
+    run_page = reverse("admin:runs_app_run_timeline", args=[scored["alices"].pk])
     assert f'href="{run_page}"' in page
     for shown in ("spot on", "up", "down", "0.75", "accuracy", "alice", "bob", "rita"):
         assert shown in page

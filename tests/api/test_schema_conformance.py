@@ -48,8 +48,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from goaai.runtime import rt
-from goaai.runtime.vocabulary import MemoryScope, RunStatus
-from runs_app.models import Run, ToolCall, Turn
+from goaai.runtime.vocabulary import MemoryScope, RunStatus, ScoreKind, ScoreSource
+from runs_app.models import Run, Score, ToolCall, Turn
 from sessions_app.services import api_token_create
 from sessions_app.webhooks.services import webhook_endpoint_create, webhook_ping
 
@@ -150,6 +150,26 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
     world.add("run:respond", question.id, approval.id, done.id, bobs_run.id, choosing.id)
     # DELETE /runs/{id}/feedback/ takes back feedback: the run stays.
     world.add("run:delete", done.id, stopped.run_id, bobs_run.id)
+    # Scores: Alice's own on a run of hers that has ended, one on Bob's run.
+    world.add("run:score", done.id, bobs_run.id)
+    kept_score, spare_score, bobs_score = (
+        Score.objects.create(
+            run_id=run_id,
+            name=name,
+            kind=ScoreKind.NUMERIC,
+            value=3.0,
+            source=ScoreSource.API,
+            author=author,
+        )
+        for run_id, name, author in (
+            (done.id, "helpfulness", owner),
+            (done.id, "accuracy", owner),
+            (bobs_run.id, "helpfulness", other),
+        )
+    )
+    world.add("score", kept_score.pk, bobs_score.pk)
+    world.add("score:delete", spare_score.pk, bobs_score.pk)
+    world.add("score_filter", "helpfulness", "helpfulness>=2", "tone=rude", "x>=y")
     world.add("turn", *Turn.objects.values_list("id", flat=True))
     world.add("tool_call", *ToolCall.objects.values_list("id", flat=True))
     world.add("tool_call:respond", waiting_call.id)
@@ -215,6 +235,16 @@ def _seed(owner: Any, other: Any, staff: Any) -> World:
             {"value": "up"},
             {"value": "down", "comment": "It named the wrong city."},
         ],
+        "POST /runs/{id}/scores/": [
+            {"name": "helpfulness", "value": 4},
+            {"name": "tone", "category": "rude", "comment": "curt"},
+            {"name": "grounded", "kind": "boolean", "value": True},
+        ],
+        "PATCH /runs/{id}/scores/{score_id}/": [
+            {"value": 5},
+            {"comment": "on reflection"},
+            {"name": "tone", "kind": "category", "value": "warm"},
+        ],
         "PATCH /me/preferences/": [
             {"time_zone": "Europe/Rome"},
             {"shortcuts_enabled": False},
@@ -235,6 +265,10 @@ def _pool_for_path(world: World, method: str, path: str, name: str) -> list[Any]
         return world.pools["session"]
     if name == "agent_id":
         return world.pools["agent"]
+    if name == "score_id":
+        return world.pools["score:delete" if method == "DELETE" else "score"]
+    if "/scores/" in path:
+        return world.pools["run:score"]
     collection = path.removeprefix("/api/v1/").split("/", 1)[0]
     kind = {
         "sessions": "session",
@@ -264,6 +298,9 @@ QUERY_POOLS = {
     "created_before": "instant",
     "from": "instant",
     "to": "instant",
+    "since": "instant",
+    "until": "instant",
+    "score": "score_filter",
 }
 BODY_POOLS = {
     "session": "session",

@@ -333,9 +333,7 @@ def test_a_batch_costs_the_same_statements_whatever_it_holds(owner):
             run_sessions.sessions_purge(older_than=90 * DAY)
         assert not Session.objects.filter(status="ended").exists()
         assert not RunRollup.objects.exists()
-        rollup = [
-            q for q in captured.captured_queries if any(t in q["sql"] for t in ROLLUP_TABLES)
-        ]
+        rollup = [q for q in captured.captured_queries if any(t in q["sql"] for t in ROLLUP_TABLES)]
         return len(captured.captured_queries) - len(rollup), len(rollup), touched
 
     few = statements_to_purge(runs=1, sessions=1)

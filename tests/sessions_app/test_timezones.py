@@ -174,13 +174,16 @@ def test_the_admin_is_in_the_users_zone_with_24_hour_times(staff_client: Client,
     assert _meta(response) == (TOKYO, "preferences")
     assert "2026-03-05 07:30:00" in html
     assert "data-server-times" in html
-    # Django's own columns and forms: 24 hours, no a.m./p.m.
+    # The lists' columns: 24 hours to the millisecond, no a.m./p.m.
     changelist = staff_client.get("/admin/sessions_app/session/").content.decode()
-    assert "March 5, 2026, 07:30" in changelist
+    assert "2026-03-05 07:30:00.000" in changelist
     assert not re.search(r"\d [ap]\.m\.", changelist)
     UserPreferences.objects.filter(user=staff).update(time_zone="")
     changelist = staff_client.get("/admin/sessions_app/session/").content.decode()
-    assert "March 4, 2026, 22:30" in changelist
+    assert "2026-03-04 22:30:00.000" in changelist
+    # Django's own forms: 24 hours too.
+    form = staff_client.get(f"/admin/sessions_app/session/{session.pk}/change/").content.decode()
+    assert "March 4, 2026, 22:30" in form
 
 
 def test_only_pages_got_by_get_are_loaded_again_in_the_browsers_zone(client: Client) -> None:
