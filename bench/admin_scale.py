@@ -24,17 +24,22 @@ large size.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-from _common import DEFAULT_POSTGRES
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _common import (
+    configure_django,
+    create_database,
+    database_url,
+    migrate,
+    postgres_arguments,
+    rows_in,
+    seed_demo,
+    slowest_queries,
+    time_alternately,
+    use_database,
+    vacuum_analyze,
+)
 
 LARGE, SMALL = "goaai_admin_bench", "goaai_admin_bench_small"
 RUNS_PER_SESSION, TURNS_PER_RUN, CALLS_PER_TURN = 5, 3, 2
@@ -42,91 +47,18 @@ CALLS_PER_SESSION = RUNS_PER_SESSION * (TURNS_PER_RUN - 1) * CALLS_PER_TURN
 TARGET = 1.5
 
 
-def database_url(postgres_url: str, name: str) -> str:
-    return f"{postgres_url.rpartition('/')[0]}/{name}"
-
-
-def create_database(postgres_url: str, name: str) -> str:
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.execute(f"CREATE DATABASE {name}")
-    return database_url(postgres_url, name)
-
-
-def tool_calls_in(postgres_url: str, name: str) -> int:
-    """How many tool calls database ``name`` holds; -1 when it does not exist."""
-    import psycopg
-
-    try:
-        with psycopg.connect(database_url(postgres_url, name)) as conn:
-            row = conn.execute("SELECT count(*) FROM runs_app_toolcall").fetchone()
-    except psycopg.Error:
-        return -1
-    return int(row[0]) if row else -1
-
-
-def migrate(url: str) -> None:
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-        check=True,
-        env={**os.environ, "DATABASE_URL": url},
-    )
-
-
-def setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DATABASE_POOL"] = "0"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
-    os.environ["LOG_LEVEL"] = "WARNING"
-    # As in production: with DEBUG on, Django records every query it runs.
-    os.environ["DEBUG"] = "0"
-    import django
-
-    django.setup()
-
-
-def use_database(name: str) -> None:
-    """Point Django's connection at database ``name`` (it reconnects on next use)."""
-    from django.db import connection
-
-    connection.close()
-    connection.settings_dict["NAME"] = name
+SHAPE = [
+    "--runs-per-session",
+    str(RUNS_PER_SESSION),
+    "--turns-per-run",
+    str(TURNS_PER_RUN),
+    "--calls-per-turn",
+    str(CALLS_PER_TURN),
+]
 
 
 def seed(url: str, sessions: int, seed: int) -> float:
-    """Seed in a child process (a fresh connection, and the output it prints)."""
-    started = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "manage.py"),
-            "seed_demo",
-            "--sessions",
-            str(sessions),
-            "--runs-per-session",
-            str(RUNS_PER_SESSION),
-            "--turns-per-run",
-            str(TURNS_PER_RUN),
-            "--calls-per-turn",
-            str(CALLS_PER_TURN),
-            "--users",
-            "20",
-            "--seed",
-            str(seed),
-        ],
-        check=True,
-        env={**os.environ, "DATABASE_URL": url, "DEBUG": "0"},
-    )
-    return time.perf_counter() - started
-
-
-def vacuum_analyze() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
+    return seed_demo(url, sessions=sessions, users=20, seed=seed, shape=SHAPE)
 
 
 def pages(run_id: object) -> list[tuple[str, str]]:
@@ -153,55 +85,8 @@ def pages(run_id: object) -> list[tuple[str, str]]:
     ]
 
 
-def time_alternately(
-    targets: dict[str, tuple[object, list[tuple[str, str]]]], repeat: int
-) -> dict[str, dict[str, float]]:
-    """Median seconds per database and page, timing the databases in turn, one
-    request per page per round, in an order that alternates from round to round."""
-    samples: dict[str, dict[str, list[float]]] = {
-        db: {name: [] for name, _ in urls} for db, (_, urls) in targets.items()
-    }
-    order = list(targets)
-    for round_number in range(repeat + 1):
-        for db in order if round_number % 2 else reversed(order):
-            client, urls = targets[db]
-            use_database(db)
-            for name, url in urls:
-                started = time.perf_counter()
-                response = client.get(url)
-                elapsed = time.perf_counter() - started
-                assert response.status_code == 200, (db, url, response.status_code)
-                if round_number:  # round 0 warms up connections, caches and templates
-                    samples[db][name].append(elapsed)
-    return {
-        db: {name: statistics.median(times) for name, times in pages.items()}
-        for db, pages in samples.items()
-    }
-
-
-def slowest_queries(client, urls: list[tuple[str, str]]) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    for name, url in urls:
-        client.get(url)
-        with CaptureQueriesContext(connection) as captured:
-            client.get(url)
-        queries = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))
-        print(f"\n-- {name}: {len(queries)} queries; slowest:")
-        for query in queries[:3]:
-            print(f"   {float(query['time']) * 1000:8.1f} ms  {query['sql'][:400]}")
-
-
 def main() -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
-        help=f"a PostgreSQL server URL; the benchmark creates {SMALL} and {LARGE} on it",
-    )
+    parser = postgres_arguments(__doc__, f"{SMALL} and {LARGE}")
     parser.add_argument("--tool-calls-small", type=int, default=10_000)
     parser.add_argument("--tool-calls-large", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=9)
@@ -225,7 +110,10 @@ def main() -> None:
     print(f"== {SMALL}: seeding {small_sessions:,} sessions ==")
     seeding[SMALL] = seed(url, small_sessions, seed=1)
     url = database_url(args.postgres, LARGE)
-    if args.reuse_large and tool_calls_in(args.postgres, LARGE) >= large_calls_wanted:
+    if (
+        args.reuse_large
+        and rows_in(args.postgres, LARGE, "runs_app_toolcall") >= large_calls_wanted
+    ):
         print(f"== {LARGE}: reused ==")
         seeding[LARGE] = 0.0
     else:
@@ -237,7 +125,7 @@ def main() -> None:
         seeding[LARGE] = seed(url, small_sessions, seed=1)
         seeding[LARGE] += seed(url, large_sessions - small_sessions, seed=2)
 
-    setup_django(url)
+    configure_django(url)
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -276,7 +164,10 @@ def main() -> None:
         assert run is not None, "the timed run is missing from the large data set"
         targets[db] = (client, pages(run.pk))
 
-    medians = time_alternately(targets, args.repeat)
+    medians = {
+        db: {name: statistics.median(times) for name, times in pages.items()}
+        for db, pages in time_alternately(targets, args.repeat).items()
+    }
     small, large = medians[SMALL], medians[LARGE]
     urls = targets[LARGE][1]
     print(

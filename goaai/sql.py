@@ -30,6 +30,8 @@ and query-count tests see them like any other query:
 - :func:`delete_rows`: set-based deletes for retention, where the ORM's collector
   would load every row of millions into memory first.
 - :func:`bulk_load`: ``COPY`` (PostgreSQL) or ``executemany`` (SQLite) for demo data.
+- :func:`plan_with_values`: reports (the operators' dashboard) whose statements are
+  each planned for the values they are given, not once for any values.
 
 The module knows no app: callers pass the models whose tables the statements use.
 """
@@ -720,6 +722,24 @@ def branch_walk(
     with connection.cursor() as cursor:
         cursor.execute(sql, [_prep(run_model, "id", start), limit])
         return [(uuid_of(row[0]), bool(row[1])) for row in cursor.fetchall()]
+
+
+# Reports
+
+
+def plan_with_values() -> None:
+    """For the rest of the caller's transaction, have PostgreSQL plan every statement
+    for the values it is given (nothing to do on SQLite).
+
+    goaai's connections prepare a statement they have run a few times (see
+    ``DATABASE_PREPARED``), and PostgreSQL may then plan it once for any values. For
+    the steps of a run that saves planning; for a report over a time range and
+    filters the one plan can be the wrong one for every value: the dashboard's count
+    of one user's open runs went from 0.1 s to 1-1.6 s at a million runs from its
+    eleventh view on a connection, walking every run of the range."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 # Retention and bulk loading

@@ -23,12 +23,14 @@ from urllib.parse import urlencode
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import TruncDay, TruncHour
 from django.urls import reverse
 from django.utils import timezone
 
+from goaai import sql
 from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus, ToolCallStatus
 from runs_app import rollups
@@ -282,7 +284,14 @@ def _counted_rows(
 
 def figures(scope: Scope, *, with_tools: bool = True, now: dt.datetime | None = None) -> Figures:
     """Every figure of the dashboard for ``scope`` (the tools' only ``with_tools``:
-    a viewer who may not read tool calls does not see how they failed)."""
+    a viewer who may not read tool calls does not see how they failed), each query
+    planned for the scope's values (:func:`goaai.sql.plan_with_values`)."""
+    with transaction.atomic():
+        sql.plan_with_values()
+        return _figures(scope, with_tools=with_tools, now=now)
+
+
+def _figures(scope: Scope, *, with_tools: bool, now: dt.datetime | None) -> Figures:
     counted = scope.label is not None
     if counted:
         grouped, latency, tools = _counted_rows(scope)
@@ -537,7 +546,10 @@ def scored(scope: Scope) -> list[Scored]:
     filter lists the runs behind each figure)."""
     params = scope.list_params()
     found = []
-    for summary in score_summary(Run.objects.filter(scope.runs_q())):
+    with transaction.atomic():
+        sql.plan_with_values()
+        summaries = score_summary(Run.objects.filter(scope.runs_q()))
+    for summary in summaries:
         name = summary.name
         found.append(
             Scored(

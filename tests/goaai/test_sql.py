@@ -133,3 +133,21 @@ def test_a_step_reads_its_row_with_the_session_lock() -> None:
 def test_a_step_on_a_missing_row_finds_nothing() -> None:
     with pytest.raises(NotFound), recording(uuid.uuid4(), of=ToolCall, read=CALL_FIELDS):
         pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_are_planned_for_their_values_until_the_transaction_ends(on_postgres) -> None:
+    def plan_cache_mode() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            return str(cursor.fetchone()[0])
+
+    if not on_postgres:
+        with transaction.atomic():
+            sql.plan_with_values()  # SQLite plans every statement anyway
+        return
+    before = plan_cache_mode()
+    with transaction.atomic():
+        sql.plan_with_values()
+        assert plan_cache_mode() == "force_custom_plan"
+    assert plan_cache_mode() == before == "auto"
