@@ -69,36 +69,28 @@ class Scope:
             )
         return periods & self.filters_q()
 
-    def filters_q(self, prefix: str = "") -> Q:
-        """The filters, on a rollup (``prefix=""``)."""
+    def filters_q(self, owner: str = "owner_id") -> Q:
+        """The agent, model and owner filters (``owner``: the owner's lookup; on a
+        rollup, ``owner_id``)."""
         condition = Q()
         if self.agent:
-            condition &= Q(**{f"{prefix}agent": self.agent})
+            condition &= Q(agent=self.agent)
         if self.model:
-            condition &= Q(**{f"{prefix}model": self.model})
+            condition &= Q(model=self.model)
         if self.owner is not None:
-            condition &= Q(**{f"{prefix}owner_id": self.owner})
+            condition &= Q(**{owner: self.owner})
         return condition
 
-    def runs_q(self, prefix: str = "") -> Q:
-        """The runs in scope (``prefix`` leads to a run: ``run__``)."""
-        condition = Q(
-            **{f"{prefix}created_at__gte": self.since, f"{prefix}created_at__lt": self.until}
-        )
-        return condition & self.live_q(prefix)
+    def runs_q(self) -> Q:
+        """The runs in scope."""
+        return Q(created_at__gte=self.since, created_at__lt=self.until) & self.live_q()
 
-    def live_q(self, prefix: str = "") -> Q:
+    def live_q(self) -> Q:
         """The scope's filters on runs, whenever they were created."""
-        condition = Q()
-        if self.agent:
-            condition &= Q(**{f"{prefix}agent": self.agent})
-        if self.model:
-            condition &= Q(**{f"{prefix}model": self.model})
-        if self.owner is not None:
-            condition &= Q(**{f"{prefix}session__owner_id": self.owner})
+        condition = self.filters_q(owner="session__owner_id")
         if self.label is not None:
             key, value = self.label
-            condition &= Q(**{f"{prefix}labels__{key}": value})
+            condition &= Q(**{f"labels__{key}": value})
         return condition
 
     def list_params(
