@@ -11,7 +11,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.db import connection
 from django.db.models import Count, Sum
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from goaai.runtime.vocabulary import RunStatus, ToolCallStatus
@@ -242,3 +244,36 @@ def test_it_takes_the_permission_to_read_every_run(db, client):
 
     client.logout()
     assert client.get(URL).status_code == 302
+
+
+def _seed(sessions: int, seed: int) -> None:
+    Seeder(
+        Plan(
+            sessions=sessions,
+            runs_per_session=3,
+            turns_per_run=2,
+            calls_per_turn=1,
+            users=3,
+            days=4,
+            active_fraction=0.3,
+            events=False,
+            memory=False,
+        ),
+        seed=seed,
+        now=NOW,
+    ).run()
+
+
+def test_the_page_costs_the_same_queries_whatever_the_number_of_runs(db, client, staff):
+    client.force_login(staff)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(URL, {"range": "7d"}).status_code == 200
+        return len(captured.captured_queries)
+
+    _seed(5, seed=1)
+    few = queries()
+    _seed(40, seed=2)
+    assert Run.objects.count() > 100
+    assert queries() == few
