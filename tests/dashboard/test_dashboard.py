@@ -28,24 +28,28 @@ NOW = floor_hour(timezone.now()) + dt.timedelta(minutes=30)
 URL = "/admin/runs_app/run/dashboard/"
 
 
-@pytest.fixture
-def seeded(db):
+def _seed(sessions: int, seed: int, calls: int = 1) -> None:
     """Four days of conversations by three users, some still waiting or running."""
     Seeder(
         Plan(
-            sessions=40,
+            sessions=sessions,
             runs_per_session=3,
             turns_per_run=2,
-            calls_per_turn=2,
+            calls_per_turn=calls,
             users=3,
             days=4,
             active_fraction=0.3,
             events=False,
             memory=False,
         ),
-        seed=7,
+        seed=seed,
         now=NOW,
     ).run()
+
+
+@pytest.fixture
+def seeded(db):
+    _seed(40, seed=7, calls=2)
     assert Run.objects.filter(status=RunStatus.AWAITING_INPUT).exists()
     return Run.objects.all()
 
@@ -244,24 +248,6 @@ def test_it_takes_the_permission_to_read_every_run(db, client):
 
     client.logout()
     assert client.get(URL).status_code == 302
-
-
-def _seed(sessions: int, seed: int) -> None:
-    Seeder(
-        Plan(
-            sessions=sessions,
-            runs_per_session=3,
-            turns_per_run=2,
-            calls_per_turn=1,
-            users=3,
-            days=4,
-            active_fraction=0.3,
-            events=False,
-            memory=False,
-        ),
-        seed=seed,
-        now=NOW,
-    ).run()
 
 
 def test_the_page_costs_the_same_queries_whatever_the_number_of_runs(db, client, staff):
