@@ -117,10 +117,10 @@ def rollup_rows() -> str:
     """How many rollup rows there are, per model and span (what the page reads)."""
     from django.db.models import Count
 
-    from runs_app.models import LatencyRollup, RunRollup, ToolRollup
+    from runs_app.models import LatencyRollup, RunRollup, ToolRollup, UserLatencyRollup
 
     parts = []
-    for model in (RunRollup, LatencyRollup, ToolRollup):
+    for model in (RunRollup, LatencyRollup, UserLatencyRollup, ToolRollup):
         spans = dict(model.objects.values_list("span").annotate(n=Count("*")).order_by())
         parts.append(
             f"{model.__name__} {spans.get('hour', 0):,} hourly / {spans.get('day', 0):,} daily"

@@ -264,6 +264,12 @@ class Run(models.Model):
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            # The dashboard's runs waiting longest, among those waiting now only.
+            models.Index(
+                fields=["awaiting_since"],
+                name="run_awaiting_since",
+                condition=models.Q(status="awaiting_input"),
+            ),
             # Only runs started through the OpenAI-compatible endpoint have a digest.
             models.Index(
                 fields=["conversation_digest", "-created_at"],
@@ -646,10 +652,10 @@ class RunRollup(models.Model):
         return f"{self.runs} {self.status} runs of {self.agent} ({self.span} {self.period})"
 
 
-class LatencyRollup(models.Model):
-    """How many runs of one period, owner, agent and answering model took a time in
-    one bucket (``bucket`` ``b`` holds ``1.1**b <= ms < 1.1**(b+1)``; 0 below
-    1.1 ms): the histogram the dashboard's percentiles are read from."""
+class LatencyCounts(models.Model):
+    """How many runs of one period, agent and answering model took a time in one
+    bucket (``bucket`` ``b`` holds ``1.1**b <= ms < 1.1**(b+1)``; 0 below 1.1 ms):
+    the histograms the dashboard's percentiles are read from."""
 
     class Measure(models.TextChoices):
         DURATION = "duration", "From start to end"
@@ -659,22 +665,45 @@ class LatencyRollup(models.Model):
     period = models.DateTimeField()
     agent = models.CharField(max_length=100)
     model = models.CharField(max_length=200, blank=True)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     measure = models.CharField(max_length=8, choices=Measure.choices)
     bucket = models.PositiveSmallIntegerField()
     runs = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["span", "period", "agent", "model", "owner", "measure", "bucket"],
-                name="latencyrollup_key",
-            )
-        ]
-        indexes = [models.Index(fields=["span", "period"], name="latencyrollup_span_period")]
+        abstract = True
 
     def __str__(self) -> str:
         return f"{self.runs} runs in bucket {self.bucket} ({self.measure})"
+
+
+class LatencyRollup(LatencyCounts):
+    """The histograms of every user's runs together: what the dashboard reads unless
+    it is filtered to one user (a tenth of the rows of :class:`UserLatencyRollup`
+    with ten users, whose buckets fill up as runs grow)."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "period", "agent", "model", "measure", "bucket"],
+                name="latencyrollup_key",
+            )
+        ]
+
+
+class UserLatencyRollup(LatencyCounts):
+    """The same histograms, of each user's runs apart (the dashboard filtered to one
+    user)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "period", "agent", "model", "owner", "measure", "bucket"],
+                name="userlatencyrollup_key",
+            )
+        ]
+        indexes = [models.Index(fields=["owner", "span", "period"], name="userlatencyrollup_owner")]
 
 
 class ToolRollup(models.Model):

@@ -1,6 +1,7 @@
 """The rollups behind the operators' dashboard: what ended runs add up to, per hour
 and per UTC day, owner, agent, answering model and status, with histograms of
-their durations and counts of how their tool calls ended.
+their durations (of every user's runs together, and of each user's) and counts of
+how their tool calls ended.
 
 They are kept current in the transaction that ends each run (:func:`run_ended`)
 and by whatever deletes runs in bulk (:func:`runs_forgotten`, before the rows go),
@@ -11,7 +12,8 @@ period its row is found in by the runs list's ``created_at`` filters, so every f
 of the dashboard links to the list it sums.
 
 Everything a run adds is worked out in one place (:class:`Tally`), for a run that
-ends, for runs about to be deleted and for a recount alike.
+ends, for runs about to be deleted and for a recount alike, and written in a few
+statements per rollup whatever the number of rows (:func:`goaai.sql.add_to_rows`).
 """
 
 from __future__ import annotations
@@ -19,17 +21,26 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Max, Min, Model, QuerySet, Sum
+from django.db import transaction
+from django.db.models import Count, Max, Min, Model, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
+from goaai import sql
 from goaai.runtime.types import USAGE_KINDS
 from goaai.runtime.vocabulary import TERMINAL_RUN_STATUSES
-from runs_app.models import LatencyRollup, RollupSpan, Run, RunRollup, ToolCall, ToolRollup
+from runs_app.models import (
+    LatencyRollup,
+    RollupSpan,
+    Run,
+    RunRollup,
+    ToolCall,
+    ToolRollup,
+    UserLatencyRollup,
+)
 from sessions_app.models import Session
 
 # Latency bucket ``b`` holds times t (ms) with BASE**b <= t < BASE**(b+1): a
@@ -160,45 +171,56 @@ class Tally:
                 sums["calls"] += self.sign * calls
                 sums["duration_ms"] += self.sign * (ms or 0)
 
-    def rows(self) -> Iterator[tuple[type[Model], dict[str, Any], dict[str, Any]]]:
-        """Each rollup row this tally touches, as (model, key, amounts), in one
-        order (so that two transactions lock shared rows in the same order)."""
+    def everyone(self) -> dict[tuple[Any, ...], int]:
+        """The latency histograms without the owner (every user's runs together)."""
+        found: dict[tuple[Any, ...], int] = defaultdict(int)
+        for (span, period, agent, model, _owner, *rest), runs in self.latency.items():
+            found[(span, period, agent, model, *rest)] += runs
+        return found
+
+    def rows(self) -> Iterator[tuple[type[Model], tuple[Any, ...], dict[str, Any]]]:
+        """Each rollup row this tally touches, as (model, key, amounts): the key's
+        values are those of the fields :data:`KEYS` names, and the rows of a model
+        come in one order (so that two transactions lock them in the same order)."""
         for key, sums in sorted(self.runs.items()):
-            yield RunRollup, _key(key, "status"), sums
+            yield RunRollup, key, sums
         for key, runs in sorted(self.latency.items()):
-            yield LatencyRollup, _key(key, "measure", "bucket"), {"runs": runs}
+            yield UserLatencyRollup, key, {"runs": runs}
+        for key, runs in sorted(self.everyone().items()):
+            yield LatencyRollup, key, {"runs": runs}
         for key, sums in sorted(self.tools.items()):
-            yield ToolRollup, _key(key, "tool", "status", "error_kind"), sums
+            yield ToolRollup, key, sums
 
 
-def _key(values: tuple[Any, ...], *rest: str) -> dict[str, Any]:
-    return dict(zip((*RunKey._fields, *rest), values, strict=True))
-
-
-def _apply(model: type[Model], key: Mapping[str, Any], amounts: Mapping[str, Any]) -> None:
-    """Add ``amounts`` to the row ``key`` names, creating it if it is not there (a
-    racing creator's row is added to instead)."""
-    manager = model._default_manager
-    changes = {name: F(name) + value for name, value in amounts.items() if value}
-    if not changes or manager.filter(**key).update(**changes):
-        return
-    try:
-        with transaction.atomic():
-            manager.create(**key, **amounts)
-    except IntegrityError:
-        manager.filter(**key).update(**changes)
-
-
-# The column that says a rollup row counts something.
-_COUNT = {RunRollup: "runs", LatencyRollup: "runs", ToolRollup: "calls"}
+_LATENCY = ("measure", "bucket")
+# Each rollup's key, and the column that says a row counts something.
+KEYS: dict[type[Model], tuple[str, ...]] = {
+    RunRollup: (*RunKey._fields, "status"),
+    UserLatencyRollup: (*RunKey._fields, *_LATENCY),
+    LatencyRollup: (*(name for name in RunKey._fields if name != "owner_id"), *_LATENCY),
+    ToolRollup: (*RunKey._fields, "tool", "status", "error_kind"),
+}
+_COUNT = {RunRollup: "runs", UserLatencyRollup: "runs", LatencyRollup: "runs", ToolRollup: "calls"}
 
 
 def _write(tally: Tally) -> None:
+    """Add what ``tally`` counts to the rollups, a few statements per rollup
+    whatever the number of rows; when it takes runs away, the rows that then count
+    nothing are dropped."""
+    by_model: dict[type[Model], list[tuple[tuple[Any, ...], dict[str, Any]]]] = defaultdict(list)
     for model, key, amounts in tally.rows():
-        _apply(model, key, amounts)
+        if any(amounts.values()):
+            by_model[model].append((key, amounts))
+    for model, rows in by_model.items():
+        names = tuple(rows[0][1])
+        sql.add_to_rows(
+            model, KEYS[model], [(key, [sums[n] for n in names]) for key, sums in rows], names
+        )
         if tally.sign < 0:
-            # A row that counts nothing any more is dropped.
-            model._default_manager.filter(**key, **{_COUNT[model]: 0}).delete()
+            periods = [key[1] for key, _ in rows]
+            model._default_manager.filter(
+                period__gte=min(periods), period__lte=max(periods), **{_COUNT[model]: 0}
+            ).delete()
 
 
 def run_ended(run: Run, *, owner_id: int) -> None:
@@ -273,7 +295,7 @@ def recount(since: dt.datetime, until: dt.datetime) -> int:
             _stored(kind, start, end).delete()
         batches: dict[type[Model], list[Model]] = defaultdict(list)
         for model, key, amounts in tally.rows():
-            batches[model].append(model(**key, **amounts))
+            batches[model].append(model(**dict(zip(KEYS[model], key, strict=True)), **amounts))
         written = 0
         for model, rows in batches.items():
             model._default_manager.bulk_create(rows, batch_size=1000)
@@ -281,19 +303,12 @@ def recount(since: dt.datetime, until: dt.datetime) -> int:
     return written
 
 
-_COMPARED: dict[type[Model], tuple[str, ...]] = {
-    RunRollup: ("status",),
-    LatencyRollup: ("measure", "bucket"),
-    ToolRollup: ("tool", "status", "error_kind"),
-}
-
-
 Rows = dict[tuple[Any, ...], dict[str, Any]]
 
 
-def _as_rows(rows: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> Rows:
+def _as_rows(rows: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]) -> Rows:
     """Rows by their key, those that count nothing left out."""
-    return {tuple(key.values()): amounts for key, amounts in rows if any(amounts.values())}
+    return {key: amounts for key, amounts in rows if any(amounts.values())}
 
 
 def _stored_rows(
@@ -302,10 +317,7 @@ def _stored_rows(
     amounts = [f.attname for f in model._meta.concrete_fields if f.attname not in {*fields, "id"}]
     found = _stored(model, start, end).values_list(*fields, *amounts)
     return _as_rows(
-        (
-            dict(zip(fields, row[: len(fields)], strict=True)),
-            dict(zip(amounts, row[len(fields) :], strict=True)),
-        )
+        (tuple(row[: len(fields)]), dict(zip(amounts, row[len(fields) :], strict=True)))
         for row in found
     )
 
@@ -318,8 +330,8 @@ def differences(since: dt.datetime, until: dt.datetime) -> list[str]:
     for model, key, amounts in counted(start, end).rows():
         expected[model].update(_as_rows([(key, amounts)]))
     found = []
-    for model, rest in _COMPARED.items():
-        stored = _stored_rows(model, (*RunKey._fields, *rest), start, end)
+    for model, fields in KEYS.items():
+        stored = _stored_rows(model, fields, start, end)
         wanted = expected[model]
         for row in sorted(set(stored) | set(wanted), key=str):
             if stored.get(row) != wanted.get(row):

@@ -35,7 +35,7 @@ from goaai.runtime.types import known_cost
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus, ToolCallStatus
 from runs_app import rollups
 from runs_app.dashboard.scope import DAY, ENDED_ORDER, HOUR, Scope
-from runs_app.models import LatencyRollup, Run, RunRollup, ToolRollup
+from runs_app.models import LatencyRollup, Run, RunRollup, ToolRollup, UserLatencyRollup
 from runs_app.scores import score_summary
 
 # What a rollup row of runs holds, in this order.
@@ -238,8 +238,10 @@ def _grouped(rows: Iterable[Row]) -> Grouped:
 
 
 def _latency_rows(scope: Scope) -> dict[tuple[str, int], int]:
+    # Every user's histograms together, unless the page is one user's.
+    rollup = LatencyRollup if scope.owner is None else UserLatencyRollup
     found = (
-        LatencyRollup.objects.filter(scope.rollup_q())
+        rollup.objects.filter(scope.rollup_q())
         .values_list("measure", "bucket")
         .annotate(n=Sum("runs"))
         .order_by()

@@ -174,6 +174,10 @@ def test_filters_narrow_every_figure(seeded):
     ended = _in(scope).filter(status__in=rollups.ENDED)
     assert found.totals.runs == ended.count() > 0
     assert [g.name for g in found.by_user] == [user[0]]
+    # The percentiles are read from this user's histograms alone.
+    timed = ended.filter(started_at__isnull=False, ended_at__isnull=False).count()
+    assert [figure.runs for figure in found.latency] == [timed, timed]
+    assert figures(_scope(), now=NOW).latency[0].runs > timed
 
     agent = ended.values_list("agent", flat=True).first()
     by_agent = figures(_scope(agent=agent), now=NOW)

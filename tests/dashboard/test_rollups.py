@@ -16,7 +16,7 @@ from django.utils import timezone
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import RunStatus
 from runs_app import rollups
-from runs_app.models import LatencyRollup, Run, RunRollup, ToolRollup
+from runs_app.models import LatencyRollup, Run, RunRollup, ToolRollup, UserLatencyRollup
 from runs_app.seeding import Plan, Seeder
 from runs_app.sessions import session_end, sessions_purge
 from sessions_app.services import session_delete
@@ -69,6 +69,36 @@ def test_each_ended_run_is_counted_in_its_hour_and_day_with_its_tool_calls(inlin
     rt.respond(asking.run_id, answer="Ada", user=owner)
     assert hourly.aggregate(n=Sum("runs"))["n"] == 4
     assert rollups.differences(*_span()) == []
+
+
+def test_latency_is_counted_for_every_user_together_and_for_each_apart(
+    inline_runtime, owner, django_user_model
+):
+    other = django_user_model.objects.create_user("other-owner", password="pw")
+    _run(owner, "echo one")
+    _run(owner, "echo two")
+    _run(other, "what is 6*7")
+
+    assert rollups.differences(*_span()) == []
+    keys = ("span", "period", "agent", "model", "measure", "bucket")
+    apart = UserLatencyRollup.objects.values_list(*keys).annotate(n=Sum("runs")).order_by()
+    together = LatencyRollup.objects.values_list(*keys, "runs")
+    assert sorted(apart) == sorted(together)
+    hourly = UserLatencyRollup.objects.filter(span="hour", measure="duration")
+    assert dict(hourly.values_list("owner").annotate(n=Sum("runs")).order_by()) == {
+        owner.pk: 2,
+        other.pk: 1,
+    }
+
+    # A deleted session is taken out of both.
+    gone = Run.objects.filter(session__owner=other).get().session_id
+    session_delete(session_id=gone)
+    assert rollups.differences(*_span()) == []
+    assert set(UserLatencyRollup.objects.values_list("owner", flat=True)) == {owner.pk}
+    assert (
+        LatencyRollup.objects.filter(span="day", measure="working").aggregate(n=Sum("runs"))["n"]
+        == 2
+    )
 
 
 def test_a_deleted_session_takes_its_runs_out_of_the_rollups(inline_runtime, owner):
@@ -130,9 +160,8 @@ def test_latency_buckets_hold_what_their_bounds_say():
 
 def test_a_database_from_before_the_rollups_has_them_counted_after_migrating(inline_runtime, owner):
     _run(owner, "echo hello")
-    RunRollup.objects.all().delete()
-    LatencyRollup.objects.all().delete()
-    ToolRollup.objects.all().delete()
+    for model in (RunRollup, LatencyRollup, UserLatencyRollup, ToolRollup):
+        model.objects.all().delete()
 
     rollups.count_if_missing()
 

@@ -28,6 +28,7 @@ from runs_app.models import (
     ToolCall,
     ToolRollup,
     Turn,
+    UserLatencyRollup,
 )
 from sessions_app import services as session_services
 from sessions_app.models import RunEvent, Session
@@ -317,31 +318,40 @@ def test_sessions_go_in_batches_each_deleting_every_kind_of_row_in_one_statement
     assert len(session_deletes) == 3  # 2 + 2 + 1
 
 
-ROLLUP_TABLES = ("runs_app_runrollup", "runs_app_latencyrollup", "runs_app_toolrollup")
+ROLLUP_TABLES = (
+    "runs_app_runrollup",
+    "runs_app_latencyrollup",
+    "runs_app_userlatencyrollup",
+    "runs_app_toolrollup",
+)
 
 
 def test_a_batch_costs_the_same_statements_whatever_it_holds(owner):
-    """Whatever the batch holds, the same statements; the dashboard's rollups it
-    takes its runs out of cost a few per rollup row, not per run."""
+    """Whatever the batch holds, the same statements, the dashboard's rollups it
+    takes its runs out of included: a few per rollup, not per run or per row."""
 
     def statements_to_purge(runs: int, sessions: int) -> tuple[int, int, int]:
         for _ in range(sessions):
             _conversation(owner, ended_days_ago=100, runs=runs)
-        touched = RunRollup.objects.count() + LatencyRollup.objects.count()
-        touched += ToolRollup.objects.count()
+        touched = sum(
+            model.objects.count()
+            for model in (RunRollup, LatencyRollup, UserLatencyRollup, ToolRollup)
+        )
         with CaptureQueriesContext(connection) as captured:
             run_sessions.sessions_purge(older_than=90 * DAY)
         assert not Session.objects.filter(status="ended").exists()
         assert not RunRollup.objects.exists()
+        assert not UserLatencyRollup.objects.exists()
         rollup = [q for q in captured.captured_queries if any(t in q["sql"] for t in ROLLUP_TABLES)]
         return len(captured.captured_queries) - len(rollup), len(rollup), touched
 
     few = statements_to_purge(runs=1, sessions=1)
     many = statements_to_purge(runs=3, sessions=4)
     assert few[0] == many[0]
-    # Each rollup row: one UPDATE, one DELETE of it once it counts nothing.
-    assert few[1] == 2 * few[2]
-    assert many[1] == 2 * many[2]
+    assert many[2] > few[2]
+    # Each rollup: one statement that adds to (here, takes from) its rows, one that
+    # drops the rows that count nothing any more.
+    assert few[1] == many[1] == 2 * 4
 
 
 def test_purge_refuses_nonsense_arguments():
