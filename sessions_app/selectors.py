@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -101,17 +102,33 @@ def sessions_with_usage(
 
 def session_run_totals(session: Session, fields: tuple[str, ...] = RUN_TOTALS) -> dict[str, Any]:
     """What a session's runs add up to, for each of ``fields``: read from the
-    annotations of :func:`sessions_with_usage`, else in one query."""
-    if all(hasattr(session, f"runs_{name}") for name in fields):
-        return {name: getattr(session, f"runs_{name}") for name in fields}
-    return dict(
-        Session.objects.filter(pk=session.pk).aggregate(
-            **{
-                name: Coalesce(Sum(f"runs__{name}"), Value(0), output_field=_total_field(name))
-                for name in fields
-            }
-        )
-    )
+    annotations of :func:`sessions_with_usage` or :func:`sessions_add_run_totals`,
+    else in one query."""
+    if not all(hasattr(session, f"runs_{name}") for name in fields):
+        sessions_add_run_totals([session], fields)
+    return {name: getattr(session, f"runs_{name}") for name in fields}
+
+
+def sessions_add_run_totals(
+    sessions: Sequence[Session], fields: tuple[str, ...] = RUN_TOTALS
+) -> None:
+    """Give each of ``sessions`` (a page of them, already read) what its runs add
+    up to, as ``runs_<field>``, in one grouped query: cheaper to build than the
+    subqueries of :func:`sessions_with_usage`, and the same figures."""
+    if not sessions:
+        return
+    found = {
+        row["pk"]: row
+        for row in Session.objects.filter(pk__in=[s.pk for s in sessions])
+        .values("pk")
+        .annotate(**{name: Sum(f"runs__{name}") for name in fields})
+        .order_by()
+    }
+    for session in sessions:
+        sums = found.get(session.pk, {})
+        for name in fields:
+            total = sums.get(name)
+            setattr(session, f"runs_{name}", 0 if total is None else total)
 
 
 def user_preferences(user: Any) -> UserPreferences:

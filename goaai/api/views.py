@@ -50,6 +50,13 @@ class ScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
             return queryset.filter(self.owner_filter(user))
         return scoped(queryset, user, self.owner_filter(user))
 
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The list's filters, search and ordering; a route on one row (``detail``)
+        finds it by its id alone and builds no filter set."""
+        if self.detail:
+            return queryset
+        return super().filter_queryset(queryset)
+
     def require(self, model: type[Model], action: str, owner_id: int | None) -> None:
         """Refuse (403) an ``action`` on a row of ``model`` owned by ``owner_id``
         (``None``: nobody's) that the caller may read but not act on."""

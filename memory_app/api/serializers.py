@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import check_no_nul
+from goaai.api.serializing import ModelSerializer
 from goaai.runtime.vocabulary import MEMORY_SCOPE_CHOICES
 from memory_app.models import MemoryEntry, MemoryRevision
 
@@ -32,7 +33,7 @@ def _writer(kind: str, user: Any, run: Any, tool_call: Any) -> dict[str, Any]:
     }
 
 
-class MemoryEntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class MemoryEntrySerializer(ModelSerializer):
     written_by = serializers.SerializerMethodField()
 
     class Meta:
@@ -63,7 +64,7 @@ class MemoryEntrySerializer(serializers.ModelSerializer):  # type: ignore[type-a
         )
 
 
-class MemoryRevisionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class MemoryRevisionSerializer(ModelSerializer):
     actor = serializers.SerializerMethodField()
 
     class Meta:

@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
+from goaai.api.serializing import ModelSerializer
 from goaai.api.usage import RunUsageSerializer, UsageSerializer, turn_usage_document, usage_document
 from goaai.runtime import payloads
 from goaai.runtime.public_errors import public_error_message
@@ -92,7 +93,7 @@ class CallerFeedbackSerializer(serializers.Serializer):  # type: ignore[type-arg
     comment = serializers.CharField(allow_blank=True)
 
 
-class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class RunSerializer(ModelSerializer):
     usage = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     awaiting = serializers.SerializerMethodField()
@@ -230,7 +231,7 @@ class RunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return run_queued_behind(run_id=run.pk)
 
 
-class ToolCallSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class ToolCallSerializer(ModelSerializer):
     error = serializers.SerializerMethodField()
     decision = serializers.ChoiceField(
         choices=DECISION_CHOICES,
@@ -278,7 +279,7 @@ class TurnResponseSerializer(serializers.Serializer):  # type: ignore[type-arg]
     tool_calls = serializers.ListField(child=serializers.DictField())
 
 
-class TurnSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class TurnSerializer(ModelSerializer):
     model = serializers.CharField(
         read_only=True, help_text="The model the agent asked for, as `<profile>:<model>`."
     )
@@ -376,7 +377,7 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
 
-class RunEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class RunEventSerializer(ModelSerializer):
     class Meta:
         model = RunEvent
         fields = ["seq", "type", "run", "data", "created_at"]

@@ -274,10 +274,13 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     ordering_fields = ["created_at"]
 
     def base_queryset(self) -> QuerySet[Run]:
-        runs = with_caller_feedback(
-            with_queue(Run.objects.select_related("cancel_requested_by")), self.request.user
-        )
-        return runs_with_steps(runs) if self.action == "retrieve" else runs
+        runs = Run.objects.select_related("cancel_requested_by")
+        if self.detail:
+            # One run: its place in the queue and the caller's feedback are read
+            # by the serializer only when it has them (cheaper than building
+            # their subqueries into the run's query).
+            return runs_with_steps(runs) if self.action == "retrieve" else runs
+        return with_caller_feedback(with_queue(runs), self.request.user)
 
     def get_serializer_class(self) -> Any:
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField
+from goaai.api.serializing import ModelSerializer
 from goaai.api.usage import RunUsageSerializer, usage_document
 from goaai.runtime import rt
 from sessions_app.models import ApiToken, Session
@@ -21,7 +22,7 @@ class OwnerSerializer(serializers.Serializer):  # type: ignore[type-arg]
     username = serializers.CharField()
 
 
-class SessionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class SessionSerializer(ModelSerializer):
     owner = OwnerSerializer(read_only=True)
     last_event_seq = serializers.IntegerField(
         read_only=True, help_text="The sequence number of the session's newest event."
@@ -80,7 +81,7 @@ class SessionUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return attrs
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class ApiTokenSerializer(ModelSerializer):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "parent", "created_at", "expires_at", "last_used_at"]

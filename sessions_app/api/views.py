@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
@@ -29,7 +31,7 @@ from sessions_app.api.serializers import (
     SessionUpdateSerializer,
 )
 from sessions_app.models import ApiToken, Session
-from sessions_app.selectors import sessions_with_usage
+from sessions_app.selectors import sessions_add_run_totals
 
 
 class ActivityCursor(Cursor):
@@ -78,7 +80,14 @@ class SessionViewSet(
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def base_queryset(self) -> QuerySet[Session]:
-        return sessions_with_usage(Session.objects.select_related("owner"))
+        return Session.objects.select_related("owner")
+
+    def paginate_queryset(self, queryset: QuerySet[Any]) -> list[Any] | None:
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            # What each session's runs add up to, for the whole page at once.
+            sessions_add_run_totals(page)
+        return page
 
     @extend_schema(
         summary="Start a session",
