@@ -217,7 +217,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "BACKEND": "goaai.channel_layers.InMemoryChannelLayer",
             # Subscriptions last as long as their sockets: the layer's default drops
             # a group membership after a day, silencing a chat left open that long.
             "CONFIG": {"capacity": GOAAI_CHANNEL_CAPACITY, "group_expiry": 10**9},

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from goaai.api.fields import nested_deeper_than
@@ -23,6 +24,9 @@ from sessions_app.streams import (
     Sequencer,
     Stitcher,
     Watcher,
+    checkpoints_again,
+    delta_frame,
+    encoded_events,
     handshake_request,
     origin_allowed,
     parse_after,
@@ -47,6 +51,16 @@ class _Consumer(AsyncWebsocketConsumer):
     # The session whose events the socket streams (None for the session list).
     watched: UUID | None = None
     ended = False
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # channels closes the thread's stale database connections before handling
+        # any message: a hop to a worker thread per message and socket, for 500
+        # sockets of one session 500 hops per event. The handlers here reach the
+        # database only through database_sync_to_async, which closes them itself.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def admit(self) -> Any:
         """Accept the socket and return the user, or close it with the code that
@@ -124,6 +138,11 @@ class _Consumer(AsyncWebsocketConsumer):
         if not self.ended:
             await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
+    async def send_text(self, text: str) -> None:
+        """A frame already encoded (once for all the group's sockets)."""
+        if not self.ended:
+            await self.send(text_data=text)
+
     async def error(self, code: str, detail: str) -> None:
         await self.send_frame({"type": "error", "code": code, "detail": detail})
 
@@ -199,15 +218,23 @@ class SessionConsumer(_Consumer):
                 await self.send_events(events)
             await self.send_checkpoints()
 
-    async def send_events(self, events: list[dict[str, Any]]) -> None:
+    async def send_events(
+        self, events: list[dict[str, Any]], encoded: dict[int, str] | None = None
+    ) -> None:
+        """Send ``events``, each around the JSON ``encoded`` holds for its number if
+        it holds one (events published live), else encoded here (events read back)."""
         self.stitcher.observe(events)
         for event in events:
-            await self.send_frame({"type": "event", "event": event})
+            text = encoded.get(event["seq"]) if encoded else None
+            if text is not None:
+                await self.send_text(f'{{"type":"event","event":{text}}}')
+            else:
+                await self.send_frame({"type": "event", "event": event})
 
     async def send_checkpoints(self) -> None:
         """Fill a hole in a turn's streamed text from its checkpoint, if one is held."""
         if self.stitcher.wants_checkpoints():
-            texts = await streaming_turns(self.sequencer.session_id)
+            texts = await checkpoints_again(self.sequencer.session_id)
             for frame in self.stitcher.checkpoints(texts):
                 await self.send_frame(frame)
 
@@ -215,7 +242,7 @@ class SessionConsumer(_Consumer):
         if not hasattr(self, "sequencer"):
             return
         ready, gap = self.sequencer.take(message["events"])
-        await self.send_events(ready)
+        await self.send_events(ready, encoded_events(message))
         if gap:
             if self.sequencer.gap() > MAX_LIVE_GAP:
                 await self.send_frame({"type": "resync", "after": self.sequencer.last})
@@ -229,8 +256,12 @@ class SessionConsumer(_Consumer):
 
     async def run_delta(self, message: dict[str, Any]) -> None:
         if hasattr(self, "stitcher"):
-            for frame in self.stitcher.delta(message):
-                await self.send_frame(frame)
+            frames = self.stitcher.delta(message)
+            if (text := delta_frame(message, frames)) is not None:
+                await self.send_text(text)
+            else:
+                for frame in frames:
+                    await self.send_frame(frame)
             await self.send_checkpoints()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from django.conf import settings
 from django.contrib import auth
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
+from django.db import OperationalError
 from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
@@ -45,6 +47,8 @@ from sessions_app import eventlog
 from sessions_app.access import can_read_session
 from sessions_app.models import ApiToken
 from sessions_app.publisher import access_group, browser_group, publisher, token_group
+
+logger = logging.getLogger(__name__)
 
 # The most events a stream reads from the database in one query.
 CATCH_UP_PAGE = 500
@@ -120,6 +124,18 @@ REREAD_SECONDS = 0.25
 def streaming_turns(session_id: UUID) -> list[StreamedText]:
     """The text the session's turns still being answered have streamed so far."""
     return rt.store.streaming_turns(session_id)
+
+
+async def checkpoints_again(session_id: UUID) -> list[StreamedText]:
+    """The checkpointed text read again to fill a subscriber's hole; nothing if the
+    database refuses the read for a moment (a locked table, a dropped connection):
+    the text stays held, and the next piece that arrives asks again."""
+    try:
+        texts: list[StreamedText] = await streaming_turns(session_id)
+    except OperationalError:
+        logger.warning("session %s: checkpoints not read, asking again later", session_id)
+        return []
+    return texts
 
 
 @dataclass
@@ -240,6 +256,24 @@ class Stitcher:
     def _end(self, turn: str) -> None:
         self._turns.pop(turn, None)
         self._ended.add(turn)
+
+
+def encoded_events(message: dict[str, Any]) -> dict[int, str]:
+    """The JSON of each event of a live ``session.events`` message, by its number,
+    as the publisher encoded it once for every subscriber."""
+    encoded = message.get("encoded") or ()
+    return {event["seq"]: text for event, text in zip(message["events"], encoded, strict=False)}
+
+
+def delta_frame(message: dict[str, Any], frames: list[dict[str, Any]]) -> str | None:
+    """The frame the publisher encoded for a live delta, if ``frames`` (what the
+    subscriber's :class:`Stitcher` made of it) is that piece unchanged."""
+    encoded = message.get("encoded")
+    if encoded is None or len(frames) != 1:
+        return None
+    frame = frames[0]
+    same = frame.get("offset") == message.get("offset") and frame["text"] == message["text"]
+    return str(encoded) if same else None
 
 
 def _delta_frame(run: str, turn: str, offset: int | None, text: str) -> dict[str, Any]:

@@ -17,10 +17,17 @@ KEEPALIVE = ": keep-alive\n\n"
 def frame(data: Any, *, event: str | None = None, event_id: int | None = None) -> str:
     """One event: its optional ``id`` and ``event`` lines, then its data as compact
     JSON (one line: JSON escapes every newline inside strings)."""
+    return encoded_frame(
+        json.dumps(data, separators=(",", ":"), ensure_ascii=False), event=event, event_id=event_id
+    )
+
+
+def encoded_frame(data: str, *, event: str | None = None, event_id: int | None = None) -> str:
+    """One event whose data is JSON already encoded (compact, on one line)."""
     head = f"id: {event_id}\n" if event_id is not None else ""
     if event is not None:
         head += f"event: {event}\n"
-    return f"{head}data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+    return f"{head}data: {data}\n\n"
 
 
 def event_stream(frames: AsyncIterator[str]) -> StreamingHttpResponse:

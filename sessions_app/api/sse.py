@@ -26,7 +26,7 @@ from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 
 from goaai.api.credentials import bearer_token
-from goaai.api.sse import KEEPALIVE, KEEPALIVE_SECONDS, event_stream, frame
+from goaai.api.sse import KEEPALIVE, KEEPALIVE_SECONDS, encoded_frame, event_stream, frame
 from sessions_app.api.authentication import token_user
 from sessions_app.publisher import session_group, user_group
 from sessions_app.streams import (
@@ -34,6 +34,8 @@ from sessions_app.streams import (
     Sequencer,
     Stitcher,
     Watcher,
+    checkpoints_again,
+    encoded_events,
     origin_allowed,
     parse_after,
     session_visible,
@@ -159,7 +161,11 @@ async def _access_reply(
     return _ENDINGS[lost] if lost is not None else None
 
 
-def _event_frame(event: dict[str, Any]) -> str:
+def _event_frame(event: dict[str, Any], encoded: dict[int, str] | None = None) -> str:
+    """An event's frame, around the JSON the publisher encoded for it if it did."""
+    text = encoded.get(event["seq"]) if encoded else None
+    if text is not None:
+        return encoded_frame(text, event=event["type"], event_id=event["seq"])
     return _frame(event["type"], event, event["seq"])
 
 
@@ -170,9 +176,11 @@ class _Follow:
     sequencer: Sequencer
     stitcher: Stitcher = field(default_factory=Stitcher)
 
-    def event_frames(self, events: list[dict[str, Any]]) -> list[str]:
+    def event_frames(
+        self, events: list[dict[str, Any]], encoded: dict[int, str] | None = None
+    ) -> list[str]:
         self.stitcher.observe(events)
-        return [_event_frame(event) for event in events]
+        return [_event_frame(event, encoded) for event in events]
 
 
 def _delta_frames(frames: list[dict[str, Any]]) -> list[str]:
@@ -191,22 +199,23 @@ async def _checkpoint_frames(follow: _Follow) -> list[str]:
     the stream holds text beyond one."""
     if not follow.stitcher.wants_checkpoints():
         return []
-    texts = await streaming_turns(follow.sequencer.session_id)
+    texts = await checkpoints_again(follow.sequencer.session_id)
     return _delta_frames(follow.stitcher.checkpoints(texts))
 
 
-async def _live_frames(follow: _Follow, events: list[dict[str, Any]]) -> tuple[list[str], bool]:
-    """Frames for events the layer delivered, gaps filled from the database, and
-    whether the stream ends: past ``MAX_LIVE_GAP`` missing events the client is told
-    to resync instead."""
+async def _live_frames(follow: _Follow, message: dict[str, Any]) -> tuple[list[str], bool]:
+    """Frames for the events of a message the layer delivered, gaps filled from the
+    database, and whether the stream ends: past ``MAX_LIVE_GAP`` missing events the
+    client is told to resync instead."""
     sequencer = follow.sequencer
-    ready, gap = sequencer.take(events)
+    encoded = encoded_events(message)
+    ready, gap = sequencer.take(message["events"])
     if gap and sequencer.gap() > MAX_LIVE_GAP:
         resync = _frame("resync", {"after": sequencer.last})
-        return [*follow.event_frames(ready), resync], True
+        return [*follow.event_frames(ready, encoded), resync], True
     if gap:
         ready += await sequencer.fill()
-    return follow.event_frames(ready), False
+    return follow.event_frames(ready, encoded), False
 
 
 async def _session_reply(
@@ -220,7 +229,7 @@ async def _session_reply(
         frames = _delta_frames(follow.stitcher.delta(message))
         return frames + await _checkpoint_frames(follow), False
     if message["type"] == "session.events":
-        return await _live_frames(follow, message["events"])
+        return await _live_frames(follow, message)
     return [], False
 
 

@@ -28,7 +28,7 @@ from goaai.runtime import rt
 from goaai.runtime.models import scripted
 from sessions_app import eventlog
 from sessions_app.models import ApiToken, RunEvent
-from sessions_app.publisher import session_group
+from sessions_app.publisher import FRAME_SECONDS, frame_seconds, session_group
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
 TIMEOUT = 5
@@ -625,3 +625,49 @@ def test_in_memory_subscriptions_do_not_expire_after_a_day(settings):
     config = settings.CHANNEL_LAYERS["default"]
     if config["BACKEND"].endswith("InMemoryChannelLayer"):
         assert config["CONFIG"]["group_expiry"] > 365 * 86400
+
+
+# Many subscribers: one session followed by 500 sockets at once. Each gets every
+# event once, in order, and the whole streamed answer, although its pieces are
+# joined into fewer frames for so many (sessions_app.publisher.frame_seconds).
+
+SUBSCRIBERS = 500
+STORY_PROMPT = "tell me a story"
+
+
+def stitched(frames: list[dict[str, Any]]) -> dict[str, str]:
+    """Each turn's text as the delta frames give it, checking that each piece
+    begins where the text so far ends (nothing missing, nothing twice)."""
+    texts: dict[str, str] = {}
+    for frame in frames:
+        if frame["type"] == "delta":
+            text = texts.get(frame["turn"], "")
+            assert frame["offset"] == len(text)
+            texts[frame["turn"]] = text + frame["text"]
+    return texts
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_500_subscribers_each_get_every_event_once_in_order_and_the_whole_answer(
+    open_socket, session, auth, slow_answers
+):
+    before = len(await stored(session))
+    sockets = [await open_socket(url(session, f"after={before}"), auth) for _ in range(SUBSCRIBERS)]
+    for socket in sockets:
+        assert await backlog(socket) == ([], before)
+
+    await start(session, STORY_PROMPT)
+
+    received = [await frames_until(socket, is_event("run.completed")) for socket in sockets]
+    log = await stored(session, after=before)
+    [answer] = [e["data"] for e in log if e["type"] == "message.completed"]
+    assert len(answer["text"]) > 500
+    pieces = []
+    for frames in received:
+        assert events_of(frames) == log
+        assert stitched(frames) == {answer["turn"]: answer["text"]}
+        pieces.append(sum(1 for f in frames if f["type"] == "delta"))
+    # For 500 subscribers a frame lasts 250 ms: the story's words (60 ms each)
+    # reached every socket in far fewer frames than words.
+    assert frame_seconds(SUBSCRIBERS) == 5 * FRAME_SECONDS
+    assert max(pieces) < len(answer["text"].split()) / 3

@@ -1,0 +1,323 @@
+"""Live fan-out: many WebSocket subscribers of one streaming session, on one server.
+
+One daphne server (as ``make run`` starts it: SQLite, the thread executor, ``DEBUG``
+off; the in-memory channel layer, or with ``--redis`` the layer ``REDIS_URL`` selects)
+holds one session. Each round, a process of its own opens ``N`` WebSocket
+subscribers of that session (``/ws/sessions/<id>/``, authenticated by an API token),
+waits until each has caught up, then posts a message whose answer streams word by
+word (the scripted model's story: about 150 words, plus the run's events) and reads
+every socket until the run has ended on each. Rounds alternate the subscriber
+counts (``--subscribers 100 500``).
+
+For every event frame a subscriber receives, its delay is the time it arrived less
+the time the event was written (``created_at``; one machine, one clock). Printed per
+subscriber count: p50 and p99 of those delays over all (event, subscriber) pairs,
+the delta frames a subscriber received, whether each subscriber got every event of
+the run once and in order, and the server's CPU time per round. Target: p99 at the
+largest count within 2x the p99 at the smallest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT
+from api_throughput import RUN_RATE, free_port, stop
+from capacity import call, cpu_seconds, start_server
+
+MESSAGE = "tell me a story"
+ENDED = {"run.completed", "run.failed", "run.canceled", "run.timed_out"}
+TARGET = 2.0
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--subscribers", type=int, nargs="+", default=[100, 500], help="counts to compare"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per subscriber count")
+    parser.add_argument(
+        "--redis",
+        help="a Redis URL for the server (REDIS_URL: RedisPubSubChannelLayer); only its "
+        "pub/sub channels and the keys goaai makes are used, and the rate counters are "
+        "left to expire",
+    )
+    parser.add_argument(
+        "--server",
+        choices=["daphne", "uvicorn"],
+        default="daphne",
+        help="the ASGI server (uvicorn speaks WebSocket through the websockets package)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the SQLite file and the log")
+    return parser.parse_args()
+
+
+@dataclass
+class Subscriber:
+    """What one socket received of the round's run."""
+
+    # (run, seq, delay) of each event frame, as received
+    events: list[tuple[str, int, float]] = field(default_factory=list)
+    deltas: int = 0
+    types: list[str] = field(default_factory=list)
+
+
+def setup_database(url: str) -> tuple[str, str]:
+    """The user's API token, and the session all subscribers follow."""
+    os.environ.update(
+        DATABASE_URL=url, DJANGO_SETTINGS_MODULE="goaai.settings", LOG_LEVEL="WARNING", DEBUG="0"
+    )
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from goaai.runtime import rt
+    from sessions_app.services import api_token_create
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user("fanout", password=None)
+    _, raw = api_token_create(user_id=user.pk, name="fanout")
+    session = rt.create_session(owner=user, agent="assistant", title="Fan-out")
+    return raw, str(session.id)
+
+
+# The subscribers: a process of their own, so that reading 500 sockets does not
+# compete with this process's timing.
+
+
+async def _follow(uri: str, token: str, ready: asyncio.Event, out: Subscriber, run: list[str]):
+    from websockets.asyncio.client import connect
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with connect(uri, additional_headers=headers, max_size=None, ping_interval=None) as ws:
+        async for raw in ws:
+            frame = json.loads(raw)
+            kind = frame["type"]
+            if kind == "caught_up":
+                ready.set()
+                break
+        async for raw in ws:
+            arrived = time.time()
+            frame = json.loads(raw)
+            if frame["type"] == "delta":
+                out.deltas += 1
+                continue
+            if frame["type"] != "event":
+                continue
+            event = frame["event"]
+            written = dt.datetime.fromisoformat(event["created_at"]).timestamp()
+            # The run's first events may come before its id reaches this process.
+            out.events.append((str(event.get("run")), int(event["seq"]), arrived - written))
+            out.types.append(event["type"])
+            if event["type"] in ENDED and run and event.get("run") == run[0]:
+                return
+
+
+def subscribe(pipe: Connection, port: int, token: str, session: str, count: int) -> None:
+    """Open ``count`` sockets, say so, learn the run to follow, read it to its end."""
+
+    async def main() -> None:
+        uri = f"ws://127.0.0.1:{port}/ws/sessions/{session}/"
+        subscribers = [Subscriber() for _ in range(count)]
+        readies = [asyncio.Event() for _ in range(count)]
+        run: list[str] = []
+        tasks = []
+        for i in range(count):
+            tasks.append(asyncio.create_task(_follow(uri, token, readies[i], subscribers[i], run)))
+            if i % 25 == 24:
+                await asyncio.sleep(0.05)  # connect in batches, as pages open
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 120)
+        pipe.send("ready")
+        loop = asyncio.get_running_loop()
+        run.append(await loop.run_in_executor(None, pipe.recv))
+        await asyncio.wait_for(asyncio.gather(*tasks), 300)
+        pipe.send([(s.events, s.deltas) for s in subscribers])
+        if os.environ.get("FANOUT_DEBUG"):
+            by_type: dict[str, list[float]] = {}
+            for s in subscribers:
+                for (_, _, delay), kind in zip(s.events, s.types, strict=True):
+                    by_type.setdefault(kind, []).append(delay)
+            for kind, delays in by_type.items():
+                print(
+                    f"  {kind:24s} p50 {statistics.median(delays) * 1000:8.1f} ms  max {max(delays) * 1000:8.1f} ms"
+                )
+
+    asyncio.run(main())
+
+
+@dataclass
+class Round:
+    count: int
+    delays: list[float]
+    deltas: list[int]
+    complete: int
+    expected: list[int]
+    server_cpu: float
+    seconds: float
+
+
+def one_round(port: int, token: str, session: str, count: int, pid: int) -> Round:
+    parent, child = multiprocessing.Pipe()
+    reader = multiprocessing.Process(target=subscribe, args=(child, port, token, session, count))
+    reader.start()
+    if not parent.poll(180) or parent.recv() != "ready":
+        reader.kill()
+        raise RuntimeError(f"{count} subscribers did not all catch up")
+    before = last_seq(port, token, session)
+    cpu = cpu_seconds(pid)
+    started = time.perf_counter()
+    status, body = call(
+        port, token, "POST", f"/api/v1/sessions/{session}/runs/", {"input": MESSAGE}
+    )
+    if status != 201:
+        reader.kill()
+        raise RuntimeError(f"posting the message: {status} {body}")
+    parent.send(str(body["id"]))
+    results = parent.recv()
+    seconds = time.perf_counter() - started
+    reader.join()
+    server_cpu = cpu_seconds(pid) - cpu
+    # What the run wrote, as the database holds it: every subscriber must have it all.
+    expected = [
+        e["seq"] for e in events_after(port, token, session, before) if e["run"] == body["id"]
+    ]
+    run = str(body["id"])
+    delays = [delay for events, _ in results for r, _, delay in events if r == run]
+    complete = sum(1 for events, _ in results if [s for r, s, _ in events if r == run] == expected)
+    deltas = [d for _, d in results]
+    return Round(count, delays, deltas, complete, expected, server_cpu, seconds)
+
+
+def events_after(port: int, token: str, session: str, after: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    while True:
+        status, page = call(
+            port, token, "GET", f"/api/v1/sessions/{session}/events/?after={after}&limit=500"
+        )
+        if status != 200:
+            raise RuntimeError(f"reading the events: {status} {page}")
+        found = page["results"] if isinstance(page, dict) else page
+        if not found:
+            return events
+        events += found
+        after = int(found[-1]["seq"])
+
+
+def last_seq(port: int, token: str, session: str) -> int:
+    events = events_after(port, token, session, 0)
+    return int(events[-1]["seq"]) if events else 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def main() -> None:
+    args = arguments()
+    folder = Path(tempfile.mkdtemp(prefix="goaai-fanout-"))
+    url = f"sqlite:///{folder}/bench.sqlite3"
+    token, session = setup_database(url)
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="goaai.settings",
+        PYTHONPATH=str(ROOT),
+        DATABASE_URL=url,
+        DEBUG="0",
+        LOG_LEVEL="WARNING",
+        GOAAI_EXECUTOR="thread",
+        # One user opens all the sockets: their limit is for people, not for this.
+        GOAAI_RUN_RATE_PER_USER=RUN_RATE,
+        GOAAI_RUN_RATE_PER_TOKEN=RUN_RATE,
+    )
+    if args.redis:
+        env["REDIS_URL"] = args.redis
+    port = free_port()
+    log = folder / "server.log"
+    if args.server == "daphne":
+        server = start_server(env, port, log)
+    else:
+        command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+        command += ["--log-level", "warning", "--ws", "websockets", "goaai.asgi:application"]
+        with log.open("wb") as out:
+            server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _ = call(port, token, "GET", f"/api/v1/sessions/{session}/")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        rounds: list[Round] = []
+        for number in range(args.rounds):
+            order = args.subscribers if number % 2 == 0 else list(reversed(args.subscribers))
+            for count in order:
+                done = one_round(port, token, session, count, server.pid)
+                rounds.append(done)
+                print(
+                    f"round {number + 1}, {count:4d} subscribers: "
+                    f"p50 {statistics.median(done.delays) * 1000:8.1f} ms  "
+                    f"p99 {percentile(done.delays, 0.99) * 1000:8.1f} ms  "
+                    f"complete {done.complete}/{count}  "
+                    f"deltas/subscriber {statistics.median(done.deltas):.0f}  "
+                    f"server CPU {done.server_cpu:.2f} s in {done.seconds:.1f} s",
+                    flush=True,
+                )
+        report(args, rounds)
+    finally:
+        stop(server)  # type: ignore[arg-type]
+        if args.keep:
+            print(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def report(args: argparse.Namespace, rounds: list[Round]) -> None:
+    layer = "RedisPubSubChannelLayer" if args.redis else "InMemoryChannelLayer"
+    print(
+        f"\n{args.server}, {layer}, {args.rounds} rounds per count, all (event, subscriber) pairs pooled"
+    )
+    p99s = {}
+    for count in args.subscribers:
+        mine = [r for r in rounds if r.count == count]
+        delays = [d for r in mine for d in r.delays]
+        p99s[count] = percentile(delays, 0.99)
+        print(
+            f"{count:4d} subscribers: p50 {statistics.median(delays) * 1000:.1f} ms, "
+            f"p99 {p99s[count] * 1000:.1f} ms, complete and in order "
+            f"{sum(r.complete for r in mine)}/{count * len(mine)}, server CPU "
+            f"{statistics.median(r.server_cpu for r in mine):.2f} s a run"
+        )
+    low, high = min(args.subscribers), max(args.subscribers)
+    ratio = p99s[high] / p99s[low]
+    verdict = "met" if ratio <= TARGET else "NOT met"
+    print(f"p99 at {high} / p99 at {low}: {ratio:.2f}x (target <= {TARGET}x: {verdict})")
+    if any(r.complete < r.count for r in rounds):
+        sys.exit("some subscribers missed events")
+
+
+if __name__ == "__main__":
+    main()

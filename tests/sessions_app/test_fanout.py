@@ -1,0 +1,252 @@
+"""What keeps one session followed by hundreds of sockets cheap: streamed text joined
+per frame, each message encoded once for every subscriber, and an in-memory layer
+whose upkeep does not grow with its subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, ClassVar
+from uuid import uuid4
+
+import pytest
+from channels.layers import BaseChannelLayer
+from django.db import OperationalError
+from django.utils import timezone
+
+from goaai.channel_layers import UPKEEP_SECONDS, InMemoryChannelLayer
+from goaai.runtime import rt
+from sessions_app import publisher as publishing
+from sessions_app.publisher import (
+    FRAME_SECONDS,
+    DeltaCoalescer,
+    Written,
+    frame_seconds,
+)
+from sessions_app.streams import checkpoints_again, delta_frame, encoded_events
+
+GROUP, OTHER_GROUP = "session.a", "session.b"
+RUN, TURN, NEXT_TURN = str(uuid4()), str(uuid4()), str(uuid4())
+
+
+def delta(offset: int, text: str, turn: str = TURN) -> dict[str, Any]:
+    return {"type": "run.delta", "run": RUN, "turn": turn, "offset": offset, "text": text}
+
+
+EVENTS = ([], None)  # a published step's events, as the publisher queues them
+
+
+# Streamed text joined per frame
+
+
+@pytest.fixture
+def coalescer() -> DeltaCoalescer:
+    return DeltaCoalescer(lambda group: 0.05)
+
+
+def test_the_first_piece_goes_at_once_and_those_within_its_frame_wait(coalescer):
+    assert coalescer.take(GROUP, delta(0, "Once "), now=10.0) == ([delta(0, "Once ")], 0.05)
+    assert coalescer.take(GROUP, delta(5, "upon "), now=10.01) == ([], None)
+    assert coalescer.take(GROUP, delta(10, "a "), now=10.02) == ([], None)
+    assert coalescer.next_due() == pytest.approx(10.05)
+
+    assert coalescer.due(10.04) == []
+    assert coalescer.due(10.05) == [(GROUP, delta(5, "upon a "), 0.05)]
+    # The text goes on streaming: the next frame has begun.
+    assert coalescer.next_due() == pytest.approx(10.10)
+
+
+def test_a_frame_that_held_nothing_closes_and_the_next_piece_goes_at_once(coalescer):
+    coalescer.take(GROUP, delta(0, "Once "), now=10.0)
+    assert coalescer.due(10.05) == []
+    assert coalescer.next_due() is None
+    assert coalescer.take(GROUP, delta(5, "upon "), now=10.2) == ([delta(5, "upon ")], 0.05)
+
+
+def test_anything_else_sent_to_the_group_comes_after_the_text_held_before_it(coalescer):
+    coalescer.take(GROUP, delta(0, "Once "), now=10.0)
+    coalescer.take(GROUP, delta(5, "upon "), now=10.01)
+    assert coalescer.take(GROUP, EVENTS, now=10.02) == ([delta(5, "upon "), EVENTS], None)
+    # Nothing is left to send when the frame ends.
+    assert coalescer.due(10.05) == []
+
+
+def test_pieces_that_do_not_follow_on_are_not_joined(coalescer):
+    coalescer.take(GROUP, delta(0, "Once "), now=10.0)
+    coalescer.take(GROUP, delta(5, "upon "), now=10.01)
+    # Another turn (a retry streams anew), then a piece beyond a hole.
+    assert coalescer.take(GROUP, delta(0, "Hello", NEXT_TURN), now=10.02) == (
+        [delta(5, "upon ")],
+        None,
+    )
+    assert coalescer.take(GROUP, delta(9, "there", NEXT_TURN), now=10.03) == (
+        [delta(0, "Hello", NEXT_TURN)],
+        None,
+    )
+    assert coalescer.due(10.05) == [(GROUP, delta(9, "there", NEXT_TURN), 0.05)]
+
+
+def test_groups_are_held_apart_and_flush_sends_everything_held(coalescer):
+    coalescer.take(GROUP, delta(0, "a"), now=10.0)
+    coalescer.take(OTHER_GROUP, delta(0, "x"), now=10.0)
+    coalescer.take(GROUP, delta(1, "b"), now=10.01)
+    coalescer.take(OTHER_GROUP, delta(1, "y"), now=10.01)
+    assert coalescer.take(OTHER_GROUP, EVENTS, now=10.02)[0] == [delta(1, "y"), EVENTS]
+    assert coalescer.flush() == [(GROUP, delta(1, "b"))]
+    assert coalescer.next_due() is None
+
+
+def test_a_piece_after_its_frame_ended_sends_what_was_held_then_itself(coalescer):
+    # The frame's end was not seen to (a busy loop): order is still kept.
+    coalescer.take(GROUP, delta(0, "a"), now=10.0)
+    coalescer.take(GROUP, delta(1, "b"), now=10.01)
+    assert coalescer.take(GROUP, delta(2, "c"), now=10.3) == ([delta(1, "b"), delta(2, "c")], 0.05)
+
+
+def test_a_frame_lasts_longer_the_more_subscribers_a_session_has():
+    assert frame_seconds(0) == frame_seconds(1) == frame_seconds(100) == FRAME_SECONDS
+    assert frame_seconds(101) == 2 * FRAME_SECONDS
+    assert frame_seconds(500) == 5 * FRAME_SECONDS
+
+
+# Each message encoded once for every subscriber
+
+
+def test_a_published_step_carries_each_event_encoded_once():
+    written = Written(uuid4(), uuid4(), 7, "message.completed", {"text": "héllo"}, timezone.now())
+    [(group, message)] = publishing._Publisher._messages(GROUP, ([written], None))
+    assert group == GROUP
+    [event] = message["events"]
+    assert encoded_events(message) == {7: message["encoded"][0]}
+    assert json.loads(message["encoded"][0]) == event
+    assert "héllo" in message["encoded"][0]  # UTF-8, not escaped
+
+
+def test_a_delta_carries_its_frame_encoded_once_and_a_subscriber_uses_it_unchanged():
+    [(_, message)] = publishing._Publisher._messages(GROUP, delta(5, "upon "))
+    frame = {"type": "delta", "run": RUN, "turn": TURN, "offset": 5, "text": "upon "}
+    assert json.loads(message["encoded"]) == frame
+    assert delta_frame(message, [frame]) == message["encoded"]
+    # A piece the subscriber trims, or joins with held ones, is encoded by it.
+    assert delta_frame(message, [{**frame, "offset": 7, "text": "on "}]) is None
+    assert delta_frame(message, [frame, frame]) is None
+    assert delta_frame({k: v for k, v in message.items() if k != "encoded"}, [frame]) is None
+
+
+# The in-memory layer
+
+
+@pytest.fixture
+def layer() -> InMemoryChannelLayer:
+    return InMemoryChannelLayer(capacity=2)
+
+
+async def test_a_group_message_reaches_every_member_once_as_one_copy(layer):
+    channels = [await layer.new_channel() for _ in range(3)]
+    for channel in channels:
+        await layer.group_add(GROUP, channel)
+    message = {"type": "session.events", "events": [{"seq": 1}]}
+    await layer.group_send(GROUP, message)
+    message["events"].append({"seq": 2})  # the sender's later change reaches no one
+
+    received = [await layer.receive(channel) for channel in channels]
+    assert received == [{"type": "session.events", "events": [{"seq": 1}]}] * 3
+    assert received[0] is received[1] is received[2]
+    for channel in channels:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layer.receive(channel), 0.01)
+
+
+async def test_a_full_channel_misses_a_message_and_the_others_get_it(layer):
+    slow, quick = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add(GROUP, slow)
+    await layer.group_add(GROUP, quick)
+    for seq in (1, 2, 3):
+        await layer.group_send(GROUP, {"type": "x", "seq": seq})
+        if seq < 3:
+            assert (await layer.receive(quick))["seq"] == seq
+    assert (await layer.receive(quick))["seq"] == 3
+    # The slow one holds its capacity (2): the third was dropped for it alone.
+    assert [(await layer.receive(slow))["seq"] for _ in range(2)] == [1, 2]
+
+
+async def test_expired_messages_are_looked_for_at_most_once_a_second(layer, monkeypatch):
+    scans = []
+    monkeypatch.setattr(
+        "channels.layers.InMemoryChannelLayer._clean_expired", lambda self: scans.append(1)
+    )
+    now = [100.0]
+    monkeypatch.setattr("goaai.channel_layers.time.monotonic", lambda: now[0])
+    channel = await layer.new_channel()
+    await layer.group_add(GROUP, channel)
+    for _ in range(50):
+        await layer.group_send(GROUP, {"type": "x"})
+        await layer.receive(channel)
+    assert len(scans) == 1
+    now[0] += UPKEEP_SECONDS
+    await layer.group_send(GROUP, {"type": "x"})
+    assert len(scans) == 2
+
+
+async def test_messages_still_expire(monkeypatch):
+    layer = InMemoryChannelLayer(expiry=60)
+    channel = await layer.new_channel()
+    await layer.group_add(GROUP, channel)
+    await layer.group_send(GROUP, {"type": "old"})
+    later = [0.0]
+    monkeypatch.setattr("goaai.channel_layers.time.monotonic", lambda: 1e9 + later[0])
+    monkeypatch.setattr("channels.layers.time.time", lambda: 2e10)
+    await layer.group_send(OTHER_GROUP, {"type": "to nobody"})  # upkeep runs
+    # The expired message is gone, and so is the channel's membership (as channels does).
+    assert channel not in layer.channels
+    assert GROUP not in layer.groups or channel not in layer.groups[GROUP]
+
+
+# Reading the checkpoints again
+
+
+@pytest.mark.django_db
+async def test_a_checkpoint_read_the_database_refuses_is_asked_again_later(monkeypatch, caplog):
+    def locked(session_id):
+        raise OperationalError("database table is locked: runs_app_run")
+
+    monkeypatch.setattr(rt.store, "streaming_turns", locked, raising=False)
+    assert await checkpoints_again(uuid4()) == []
+    assert "asking again later" in caplog.text
+
+
+# The publisher thread (layers other than the in-memory one: Redis)
+
+
+class RecordingLayer(BaseChannelLayer):  # type: ignore[misc]
+    """A layer that is not the in-memory one, so that the publisher sends from its
+    thread; it records what it is sent."""
+
+    sent: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    extensions = ["groups"]
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.sent.append((group, message))
+
+
+def test_the_publisher_thread_joins_pieces_per_frame_and_keeps_the_order(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.RecordingLayer"}}
+    RecordingLayer.sent.clear()
+    session, run, turn = uuid4(), uuid4(), uuid4()
+    group = publishing.session_group(session)
+    thread = publishing._Publisher()
+    words = ["Once ", "upon ", "a ", "time"]
+    offset = 0
+    for word in words:
+        thread.send(group, {**delta(offset, word), "run": str(run), "turn": str(turn)})
+        offset += len(word)
+    answer = {"text": "".join(words)}
+    written = Written(session, run, 3, "message.completed", answer, timezone.now())
+    thread.send(group, ([written], None))
+    thread.drain()
+
+    sent = [message for _, message in RecordingLayer.sent]
+    assert [m["type"] for m in sent] == ["run.delta", "run.delta", "session.events"]
+    assert [(m["offset"], m["text"]) for m in sent[:2]] == [(0, "Once "), (5, "upon a time")]
+    assert json.loads(sent[1]["encoded"])["text"] == "upon a time"
