@@ -1,26 +1,43 @@
 """Shared set-up for the benchmarks: a database of their own, Django configured on it.
 
-Each benchmark runs on SQLite (a fresh file) or PostgreSQL (a fresh database
-``goaai_bench`` on the server ``--postgres`` names) and prints ratios against a
-baseline measured in the same run, on the same machine, at the same moment.
+Each benchmark runs on SQLite (a fresh file) or PostgreSQL (a fresh database of its
+own on the server ``--postgres`` names) and prints ratios against a baseline
+measured in the same run, on the same machine, at the same moment.
+
+A benchmark touches nothing it did not make: its PostgreSQL databases have names of
+their own (``goaai_bench_<benchmark>_<process id>``, or a fixed name for the seeded
+ones that ``--reuse`` keeps) and carry a mark (their comment); a database of the
+same name without that mark is never dropped or written to (the benchmark stops
+and says so). Databases and files it made are removed when it ends, unless it was
+asked to keep them. Redis, where a benchmark needs it, is a redis-server of its
+own on a free port, which keeps nothing and is stopped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import os
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/test"
+# The server's maintenance database: the benchmarks only connect to it to create
+# and drop their own.
+DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
+# The comment every database a benchmark creates carries.
+MARK = "made by a goaai benchmark; safe to drop"
 
 
 def arguments(description: str) -> argparse.ArgumentParser:
@@ -41,13 +58,24 @@ def postgres_arguments(description: str, creates: str) -> argparse.ArgumentParse
     return parser
 
 
+def own_name(purpose: str) -> str:
+    """A database name of this run's own."""
+    return f"goaai_bench_{purpose}_{os.getpid()}"
+
+
+def fresh_database(db: str, postgres_url: str, purpose: str) -> str:
+    """A fresh database of this run's own, removed when it ends: a SQLite file in a
+    folder of its own, or a PostgreSQL database on ``postgres_url``'s server."""
+    if db == "sqlite":
+        folder = tempfile.mkdtemp(prefix=f"goaai-bench-{purpose}-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        return f"sqlite:///{folder}/bench.sqlite3"
+    return create_database(postgres_url, own_name(purpose))
+
+
 def setup_django(db: str, postgres_url: str) -> str:
     """Point Django at a fresh benchmark database, migrate it, and return its URL."""
-    if db == "sqlite":
-        folder = tempfile.mkdtemp(prefix="goaai-bench-")
-        url = f"sqlite:///{folder}/bench.sqlite3"
-    else:
-        url = create_database(postgres_url, "goaai_bench")
+    url = fresh_database(db, postgres_url, Path(sys.argv[0]).stem)
     configure_django(url)
     from django.core.management import call_command
 
@@ -76,20 +104,57 @@ def database_url(postgres_url: str, name: str) -> str:
     return f"{postgres_url.rpartition('/')[0]}/{name}"
 
 
-def create_database(postgres_url: str, name: str) -> str:
-    """A fresh, empty database ``name`` (dropped first if it exists); its URL."""
+def _mark_of(admin: Any, name: str) -> str | None:
+    """The comment of database ``name`` ("" without one); ``None`` if it does not exist."""
+    row = admin.execute(
+        "SELECT coalesce(shobj_description(oid, 'pg_database'), '') FROM pg_database"
+        " WHERE datname = %s",
+        [name],
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def create_database(postgres_url: str, name: str, *, keep: bool = False) -> str:
+    """A fresh, empty database ``name`` carrying the benchmarks' mark; its URL. One
+    that an earlier benchmark left is dropped first; one that no benchmark made stops
+    this one. Dropped when the benchmark ends, unless ``keep``."""
     import psycopg
 
+    if postgres_url.rpartition("/")[2].split("?")[0] == name:
+        sys.exit(f"--postgres must name another database than {name}")
     with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        mark = _mark_of(admin, name)
+        if mark is not None and mark != MARK:
+            sys.exit(
+                f"A database {name} exists on that server and no goaai benchmark made it: "
+                "it is left alone. Drop or rename it yourself, or use another server."
+            )
+        if mark is not None:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {name}")
+        admin.execute(f"COMMENT ON DATABASE {name} IS '{MARK}'")
+    if not keep:
+        atexit.register(drop_database, postgres_url, name)
     return database_url(postgres_url, name)
 
 
-def rows_in(postgres_url: str, name: str, table: str) -> int:
-    """How many rows ``table`` of database ``name`` holds; -1 when it does not exist."""
+def drop_database(postgres_url: str, name: str) -> None:
+    """Drop database ``name`` if it carries the benchmarks' mark."""
     import psycopg
 
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        if _mark_of(admin, name) == MARK:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def rows_in(postgres_url: str, name: str, table: str) -> int:
+    """How many rows ``table`` of database ``name`` holds; -1 when it does not exist
+    or no benchmark made it (it is then not to be reused)."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        if _mark_of(admin, name) != MARK:
+            return -1
     try:
         with psycopg.connect(database_url(postgres_url, name)) as conn:
             row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
@@ -101,8 +166,6 @@ def rows_in(postgres_url: str, name: str, table: str) -> int:
 def manage(url: str, *command: str) -> None:
     """``manage.py`` in a child process on the database at ``url`` (a fresh
     connection, its output printed as it comes), DEBUG off."""
-    import subprocess
-
     subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *command],
         check=True,
@@ -211,13 +274,43 @@ def median(timings: list[float]) -> float:
     return statistics.median(timings)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server of this benchmark's own on a free port, keeping nothing on
+    disk, stopped when the block ends; its URL."""
+    if shutil.which("redis-server") is None:
+        sys.exit("redis-server is needed: apt-get install -y redis-server")
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+    command += ["--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def run_each_database(script: str, args: argparse.Namespace, extra: list[str]) -> bool:
     """For ``--db both``: run the script once per database, each in its own process
     (Django is set up once per process). Returns True when it did."""
     if args.db != "both":
         return False
-    import subprocess
-
     for db in ("sqlite", "postgres"):
         subprocess.run(
             [sys.executable, script, "--db", db, "--postgres", args.postgres, *extra],

@@ -117,7 +117,7 @@ def main() -> None:
         print(f"== {LARGE}: reused ==")
         seeding[LARGE] = 0.0
     else:
-        create_database(args.postgres, LARGE)
+        create_database(args.postgres, LARGE, keep=True)
         migrate(url)
         print(
             f"== {LARGE}: seeding {small_sessions:,} sessions, then {large_sessions - small_sessions:,} more =="

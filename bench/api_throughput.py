@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,10 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from _common import ROOT, run_each_database
+from _common import (
+    DEFAULT_POSTGRES,
+    ROOT,
+    free_port,
+    fresh_database,
+    private_redis,
+    run_each_database,
+)
 
-DATABASE = "goaai_bench_api"
-DEFAULT_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 USERNAME, PASSWORD = "bench", "bench-password-42"
 # Run starts go round-robin to this many sessions of each side, as many users do.
 RUN_SESSIONS = 32
@@ -67,8 +72,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_ADMIN_URL),
-        help=f"a PostgreSQL server URL; the benchmark makes a fresh {DATABASE} on it",
+        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
+        help="a PostgreSQL server URL; the benchmark makes a database of its own on it",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per side and operation")
@@ -80,25 +85,10 @@ def arguments() -> argparse.Namespace:
         help="thread: the server executes the runs it starts (the default without Redis); "
         "celery: it queues them in Redis for workers (none runs here), as with REDIS_URL",
     )
-    parser.add_argument(
-        "--redis", default="redis://127.0.0.1:6379/12", help="for --executor celery; emptied"
-    )
     return parser.parse_args()
 
 
 # The database and the server
-
-
-def fresh_database(db: str, admin_url: str, folder: Path) -> str:
-    if db == "sqlite":
-        return f"sqlite:///{folder}/bench.sqlite3"
-    import psycopg
-
-    base, _, _ = admin_url.rpartition("/")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DATABASE}")
-    return f"{base}/{DATABASE}"
 
 
 def setup_django(url: str) -> None:
@@ -123,12 +113,6 @@ def setup_django(url: str) -> None:
         sys.exit(f"goaai's apps come from {sessions_app.__file__}, not from {ROOT}")
     call_command("migrate", verbosity=0)
     get_user_model().objects.create_user(USERNAME, password=PASSWORD)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def server_environment(url: str, args: argparse.Namespace) -> dict[str, str]:
@@ -450,19 +434,18 @@ def report(db: str, operations: list[Operation], results: Results) -> None:
         )
 
 
-def empty_redis(args: argparse.Namespace) -> None:
-    if args.executor == "celery":
-        import redis
-
-        redis.Redis.from_url(args.redis).flushdb()
-
-
 def measure(db: str, args: argparse.Namespace) -> None:
+    # With Celery, the server queues its runs in a redis-server of the benchmark's own.
+    with private_redis() if args.executor == "celery" else contextlib.nullcontext("") as redis:
+        args.redis = redis
+        measure_on(db, args)
+
+
+def measure_on(db: str, args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="goaai-bench-api-"))
     server = None
     try:
-        empty_redis(args)
-        url = fresh_database(db, args.postgres, folder)
+        url = fresh_database(db, args.postgres, "api")
         setup_django(url)
         port, log = free_port(), folder / "server.log"
         server = start_server(url, port, log, args)
@@ -487,7 +470,6 @@ def measure(db: str, args: argparse.Namespace) -> None:
     finally:
         if server is not None:
             stop(server)
-        empty_redis(args)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -497,7 +479,7 @@ def main() -> None:
         sys.exit("wrk is needed: apt-get install -y wrk")
     extra = ["--seconds", str(args.seconds), "--rounds", str(args.rounds)]
     extra += ["--concurrency", str(args.concurrency)]
-    extra += ["--executor", args.executor, "--redis", args.redis]
+    extra += ["--executor", args.executor]
     if run_each_database(__file__, args, extra):
         return
     measure(args.db, args)

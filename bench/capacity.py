@@ -36,11 +36,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
-from api_throughput import free_port, stop, wait_ready
+from _common import DEFAULT_POSTGRES, ROOT, create_database, free_port, own_name
+from api_throughput import stop, wait_ready
 
-DATABASE = "goaai_bench_capacity"
-DEFAULT_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 PROVIDER_KEY_ENV = "GOAAI_BENCH_PROVIDER_KEY"
 AGENT = "capacity"
 MESSAGE = "Tell me about capacity."
@@ -84,8 +82,8 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_ADMIN_URL),
-        help=f"a PostgreSQL server URL; the benchmark makes a fresh {DATABASE} on it",
+        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
+        help="a PostgreSQL server URL; the benchmark makes a database of its own on it",
     )
     parser.add_argument(
         "--sql-log",
@@ -113,13 +111,7 @@ class User:
 def fresh_database(args: argparse.Namespace, folder: Path) -> str:
     if args.db == "sqlite":
         return f"sqlite:///{folder}/bench.sqlite3"
-    import psycopg
-
-    base, _, _ = args.postgres.rpartition("/")
-    with psycopg.connect(args.postgres, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DATABASE}")
-    return f"{base}/{DATABASE}"
+    return create_database(args.postgres, own_name("capacity"), keep=args.keep)
 
 
 def setup_database(url: str, chats: int) -> tuple[list[User], User]:
@@ -607,7 +599,7 @@ def measure(args: argparse.Namespace) -> Results:
         wait_ready(server, port, log)
         threads = env.get("GOAAI_EXECUTOR_THREADS", "default")
         asgi = env.get("ASGI_THREADS", "default")
-        database = "SQLite" if args.db == "sqlite" else f"PostgreSQL {DATABASE}"
+        database = "SQLite" if args.db == "sqlite" else "PostgreSQL"
         extra = "".join(f", {setting}" for setting in args.server_env)
         print(
             f"daphne on 127.0.0.1:{port} ({database}, in-memory layer, thread executor:"

@@ -107,7 +107,7 @@ def prepare(args: argparse.Namespace, name: str, runs: int, seed: int) -> float:
     if args.reuse and rows_in(args.postgres, name, "runs_app_run") == wanted:
         print(f"== {name}: {wanted:,} runs, kept from an earlier run ==")
         return 0.0
-    url = create_database(args.postgres, name)
+    url = create_database(args.postgres, name, keep=True)
     migrate(url)
     print(f"== {name}: seeding {sessions:,} sessions of {RUNS_PER_SESSION} runs ==", flush=True)
     return seed_demo(url, sessions=sessions, users=args.users, seed=seed, shape=SHAPE)

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
+import gc
 import json
 import multiprocessing
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,8 +39,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
-from api_throughput import RUN_RATE, free_port, stop
+from _common import ROOT, free_port, private_redis
+from api_throughput import RUN_RATE, stop
 from capacity import call, cpu_seconds, start_server
 
 MESSAGE = "tell me a story"
@@ -53,15 +56,20 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per subscriber count")
     parser.add_argument(
         "--redis",
-        help="a Redis URL for the server (REDIS_URL: RedisPubSubChannelLayer); only its "
-        "pub/sub channels and the keys goaai makes are used, and the rate counters are "
-        "left to expire",
+        action="store_true",
+        help="give the server REDIS_URL (RedisPubSubChannelLayer), on a redis-server of "
+        "the benchmark's own",
     )
     parser.add_argument(
         "--server",
         choices=["daphne", "uvicorn"],
         default="daphne",
         help="the ASGI server (uvicorn speaks WebSocket through the websockets package)",
+    )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="the server's sys.setswitchinterval (Python's default is 0.005 s)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the SQLite file and the log")
     return parser.parse_args()
@@ -133,6 +141,9 @@ async def _follow(uri: str, token: str, ready: asyncio.Event, out: Subscriber, r
 
 def subscribe(pipe: Connection, port: int, token: str, session: str, count: int) -> None:
     """Open ``count`` sockets, say so, learn the run to follow, read it to its end."""
+    # The measuring process must not pause to collect garbage (its 500 sockets make
+    # each full collection long): it lives for one round, and keeps what it makes.
+    gc.disable()
 
     async def main() -> None:
         uri = f"ws://127.0.0.1:{port}/ws/sessions/{session}/"
@@ -150,6 +161,8 @@ def subscribe(pipe: Connection, port: int, token: str, session: str, count: int)
         run.append(await loop.run_in_executor(None, pipe.recv))
         await asyncio.wait_for(asyncio.gather(*tasks), 300)
         pipe.send([(s.events, s.deltas) for s in subscribers])
+        if os.environ.get("FANOUT_BY_TYPE"):
+            print_by_type(subscribers)
         if os.environ.get("FANOUT_DEBUG"):
             by_type: dict[str, list[float]] = {}
             for s in subscribers:
@@ -161,6 +174,17 @@ def subscribe(pipe: Connection, port: int, token: str, session: str, count: int)
                 )
 
     asyncio.run(main())
+
+
+def print_by_type(subscribers: list[Subscriber]) -> None:
+    """The delays of each type of event (``FANOUT_BY_TYPE=1``)."""
+    by_type: dict[str, list[float]] = {}
+    for subscriber in subscribers:
+        for (_, _, delay), kind in zip(subscriber.events, subscriber.types, strict=True):
+            by_type.setdefault(kind, []).append(delay)
+    for kind, delays in by_type.items():
+        median, most = statistics.median(delays) * 1000, max(delays) * 1000
+        print(f"  {kind:24s} p50 {median:8.1f} ms  max {most:8.1f} ms")
 
 
 @dataclass
@@ -231,11 +255,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-def main() -> None:
-    args = arguments()
-    folder = Path(tempfile.mkdtemp(prefix="goaai-fanout-"))
-    url = f"sqlite:///{folder}/bench.sqlite3"
-    token, session = setup_database(url)
+def server_environment(args: argparse.Namespace, url: str, redis: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL"}}
     env.update(
         DJANGO_SETTINGS_MODULE="goaai.settings",
@@ -248,10 +268,18 @@ def main() -> None:
         GOAAI_RUN_RATE_PER_USER=RUN_RATE,
         GOAAI_RUN_RATE_PER_TOKEN=RUN_RATE,
     )
-    if args.redis:
-        env["REDIS_URL"] = args.redis
-    port = free_port()
-    log = folder / "server.log"
+    if redis:
+        env["REDIS_URL"] = redis
+    if args.switch_interval is not None:
+        # goaai's settings with the interpreter's thread switch interval set
+        # (bench/capacity_settings.py).
+        env["DJANGO_SETTINGS_MODULE"] = "bench.capacity_settings"
+        env["GOAAI_BENCH_SWITCH_INTERVAL"] = str(args.switch_interval)
+    return env
+
+
+def start(args: argparse.Namespace, env: dict[str, str], port: int, log: Path) -> Any:
+    """The server, once it answers."""
     if args.server == "daphne":
         server = start_server(env, port, log)
     else:
@@ -259,19 +287,26 @@ def main() -> None:
         command += ["--log-level", "warning", "--ws", "websockets", "goaai.asgi:application"]
         with log.open("wb") as out:
             server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return server
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            stop(server)
+            raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def measure(args: argparse.Namespace, folder: Path, redis: str) -> list[Round]:
+    url = f"sqlite:///{folder}/bench.sqlite3"
+    token, session = setup_database(url)
+    port, log = free_port(), folder / "server.log"
+    server = start(args, server_environment(args, url, redis), port, log)
+    rounds: list[Round] = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status, _ = call(port, token, "GET", f"/api/v1/sessions/{session}/")
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        rounds: list[Round] = []
         for number in range(args.rounds):
             order = args.subscribers if number % 2 == 0 else list(reversed(args.subscribers))
             for count in order:
@@ -286,9 +321,19 @@ def main() -> None:
                     f"server CPU {done.server_cpu:.2f} s in {done.seconds:.1f} s",
                     flush=True,
                 )
+    finally:
+        stop(server)
+    return rounds
+
+
+def main() -> None:
+    args = arguments()
+    folder = Path(tempfile.mkdtemp(prefix="goaai-fanout-"))
+    try:
+        with private_redis() if args.redis else contextlib.nullcontext("") as redis:
+            rounds = measure(args, folder, redis)
         report(args, rounds)
     finally:
-        stop(server)  # type: ignore[arg-type]
         if args.keep:
             print(f"kept {folder}")
         else:

@@ -3,7 +3,7 @@ goaai's real path, against the bare channel layer's own group_send -> receive.
 
     .venv/bin/python bench/live_delivery.py [--db sqlite|postgres|both]
         [--events E] [--subscribers 1,10,100] [--layers memory,redis,pubsub]
-        [--burst B] [--redis URL]
+        [--burst B]
 
 goaai's path: a service writes an event inside ``sessions_app.eventlog.recording`` on a
 session (one transaction that numbers and stores it); after the commit
@@ -26,21 +26,22 @@ still missing once the burst was over.
 Layers: ``memory`` (channels' InMemoryChannelLayer; subscribers run on the loop
 registered with ``publisher.attach_loop``, as a server's consumers do), ``redis``
 (channels_redis' RedisChannelLayer) and ``pubsub`` (channels_redis'
-RedisPubSubChannelLayer), both on ``--redis`` (default a database of its own,
-emptied first). Target: goaai p99 <= 2x the bare layer's p99.
+RedisPubSubChannelLayer), both on a redis-server of the benchmark's own. Target: goaai p99 <= 2x the bare layer's p99.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
 import statistics
 import sys
 import time
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
-from _common import arguments, run_each_database, setup_django
+from _common import arguments, private_redis, run_each_database, setup_django
 
 LAYERS = {
     "memory": ("InMemoryChannelLayer", {"BACKEND": "channels.layers.InMemoryChannelLayer"}),
@@ -313,23 +314,25 @@ def main() -> None:
     parser.add_argument(
         "--burst", type=int, default=500, help="events of the burst phase (0: none)"
     )
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/13", help="emptied first")
     args = parser.parse_args()
     extra = [
         *("--events", str(args.events), "--subscribers", args.subscribers),
-        *("--layers", args.layers, "--burst", str(args.burst), "--redis", args.redis),
+        *("--layers", args.layers, "--burst", str(args.burst)),
     ]
     if run_each_database(__file__, args, extra):
         return
     setup_django(args.db, args.postgres)
-    import redis
+    names = args.layers.split(",")
+    # The Redis layers talk to a redis-server of the benchmark's own.
+    with private_redis() if any(n != "memory" for n in names) else nullcontext("") as redis:
+        measure(args, names, redis)
+
+
+def measure(args: argparse.Namespace, names: list[str], redis: str) -> None:
     from django.contrib.auth import get_user_model
     from django.test import override_settings
 
     counts = [int(n) for n in args.subscribers.split(",")]
-    names = args.layers.split(",")
-    if any(n != "memory" for n in names):
-        redis.Redis.from_url(args.redis).flushdb()
     owner = get_user_model().objects.create_user(username=f"bench-{uuid.uuid4().hex[:8]}")
     print(f"\n== live delivery on {args.db}: {args.events} events per path, latencies in us ==")
     print(
@@ -339,7 +342,7 @@ def main() -> None:
     for name in names:
         backend = dict(LAYERS[name][1])
         if name != "memory":
-            backend["CONFIG"] = {"hosts": [args.redis]}
+            backend["CONFIG"] = {"hosts": [redis]}
         # The layer is read from the settings on first use; changing the setting
         # resets channels' cache, and the publisher asks for the layer every message.
         with override_settings(CHANNEL_LAYERS={"default": backend}):

@@ -11,6 +11,7 @@ every backend of the benchmark's database), at the driver and at Django's cursor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -23,11 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
+from _common import DEFAULT_POSTGRES, ROOT, fresh_database, private_redis
 from _counting import Counter, Tally, quiet
 
-DATABASE = "goaai_bench_transactions"
-DEFAULT_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 PROMPTS = (
     "remember my favourite colour is green",
     "what is my favourite colour?",
@@ -59,29 +58,15 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--postgres",
-        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_ADMIN_URL),
-        help=f"a PostgreSQL server URL (its database reads the counters); {DATABASE} is made on it",
+        default=os.environ.get("BENCH_POSTGRES_URL", DEFAULT_POSTGRES),
+        help="a PostgreSQL server URL (its database reads the counters); the benchmark "
+        "makes a database of its own on it",
     )
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/12", help="for celery; emptied")
     parser.add_argument("--part", choices=["sqlite", "postgres", "celery"], help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
 # Set-up
-
-
-def fresh_database(db: str, admin_url: str, folder: Path) -> str:
-    if db == "sqlite":
-        return f"sqlite:///{folder}/bench.sqlite3"
-    import psycopg
-
-    base, _, admin_db = admin_url.rpartition("/")
-    if admin_db == DATABASE:
-        sys.exit(f"--postgres must name another database than {DATABASE}")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DATABASE}")
-    return f"{base}/{DATABASE}"
 
 
 def common_environment(url: str) -> dict[str, str]:
@@ -127,9 +112,10 @@ class DatabaseMeter:
     """Transactions of every backend of the benchmark's database, read from another
     database (the measuring connection's own are counted there, not here)."""
 
-    def __init__(self, admin_url: str) -> None:
+    def __init__(self, admin_url: str, name: str) -> None:
         import psycopg
 
+        self.name = name
         with quiet():
             self.connection = psycopg.connect(admin_url, autocommit=True)
 
@@ -141,7 +127,7 @@ class DatabaseMeter:
             self.connection.execute("SELECT pg_stat_clear_snapshot()")
             row = self.connection.execute(
                 "SELECT xact_commit + xact_rollback, sessions FROM pg_stat_database WHERE datname = %s",
-                [DATABASE],
+                [self.name],
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
@@ -326,7 +312,8 @@ class Part:
 
     def __init__(self, args: argparse.Namespace, url: str, user: Any, counter: Counter) -> None:
         self.args, self.url, self.user, self.counter = args, url, user, counter
-        self.meter = DatabaseMeter(args.postgres) if args.part != "sqlite" else None
+        database = url.rpartition("/")[2]
+        self.meter = DatabaseMeter(args.postgres, database) if args.part != "sqlite" else None
         self.db = "sqlite" if args.part == "sqlite" else "postgres"
 
     def sample(self, runner: InProcess) -> Sample:
@@ -389,16 +376,6 @@ def print_row(row: Row) -> None:
     )
 
 
-def empty_redis(url: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        client.flushdb()
-    finally:
-        client.close()
-
-
 def measure_part(args: argparse.Namespace, url: str, folder: Path) -> list[Row]:
     celery = args.part == "celery"
     user = setup_django(url, args.redis if celery else None)
@@ -427,16 +404,14 @@ def measure_part(args: argparse.Namespace, url: str, folder: Path) -> list[Row]:
 
 def run_part(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="goaai-bench-transactions-"))
+    # Celery's broker is a redis-server of the benchmark's own.
+    redis = private_redis() if args.part == "celery" else contextlib.nullcontext("")
     try:
-        url = fresh_database(
-            "sqlite" if args.part == "sqlite" else "postgres", args.postgres, folder
-        )
-        if args.part == "celery":
-            empty_redis(args.redis)
-        rows = measure_part(args, url, folder)
+        with redis as args.redis:
+            db = "sqlite" if args.part == "sqlite" else "postgres"
+            url = fresh_database(db, args.postgres, "transactions")
+            rows = measure_part(args, url, folder)
     finally:
-        if args.part == "celery":
-            empty_redis(args.redis)
         shutil.rmtree(folder, ignore_errors=True)
     print(RESULT + json.dumps([asdict(row) for row in rows]), flush=True)
 
@@ -458,7 +433,7 @@ def plan(args: argparse.Namespace) -> list[str]:
 
 def run_in_process(part: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     command = [sys.executable, __file__, "--part", part, "--runs", str(args.runs)]
-    command += ["--modes", args.modes, "--postgres", args.postgres, "--redis", args.redis]
+    command += ["--modes", args.modes, "--postgres", args.postgres]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     rows: list[dict[str, Any]] = []
     assert child.stdout is not None
