@@ -18,7 +18,6 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, ForeignKey, IntegerField, Model, OuterRef, Q, QuerySet, Subquery
-from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +25,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from goaai.api.filters import json_key_equals
 from goaai.runtime import rt
 
 # Changelists count at most this many rows; past it they say "10,000+".
@@ -324,8 +324,7 @@ class LabelFilter(InputFilter):
             raise FilterValueError(
                 "expected a label as key:value, such as tier:free (the value may be empty)."
             )
-        matching: QuerySet[Any] = queryset.alias(_label=KeyTransform(key, "labels"))
-        return matching.filter(_label=label)
+        return json_key_equals(queryset, "labels", key, [label])
 
 
 _EXPECTED_MOMENT = (

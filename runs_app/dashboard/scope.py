@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from goaai.admin_base import agent_ids
+from goaai.api.filters import json_key_q
 from goaai.runtime.vocabulary import RunStatus
 
 HOUR = dt.timedelta(hours=1)
@@ -90,7 +91,7 @@ class Scope:
         condition = self.filters_q(owner="session__owner_id")
         if self.label is not None:
             key, value = self.label
-            condition &= Q(**{f"labels__{key}": value})
+            condition &= json_key_q("labels", key, value)
         return condition
 
     def list_params(
