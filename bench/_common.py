@@ -274,6 +274,24 @@ def median(timings: list[float]) -> float:
     return statistics.median(timings)
 
 
+def server_environment(
+    url: str, *, drop: frozenset[str] = frozenset(), **extra: str
+) -> dict[str, str]:
+    """The environment of a goaai server of the benchmark's, on the database at
+    ``url``, as production runs it (``DEBUG`` off): this process's, less what would
+    point it elsewhere (``REDIS_URL``, ``DATABASE_POOL`` and ``drop``), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL", *drop}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="goaai.settings",
+        PYTHONPATH=str(ROOT),
+        DATABASE_URL=url,
+        DEBUG="0",
+        LOG_LEVEL="WARNING",
+    )
+    env.update(extra)
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -34,6 +34,7 @@ from _common import (
     private_redis,
     run_each_database,
 )
+from _common import server_environment as common_environment
 
 USERNAME, PASSWORD = "bench", "bench-password-42"
 # Run starts go round-robin to this many sessions of each side, as many users do.
@@ -116,13 +117,9 @@ def setup_django(url: str) -> None:
 
 
 def server_environment(url: str, args: argparse.Namespace) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL"}}
-    env.update(
+    env = common_environment(
+        url,
         DJANGO_SETTINGS_MODULE="bench.api_settings",
-        PYTHONPATH=str(ROOT),
-        DATABASE_URL=url,
-        DEBUG="0",
-        LOG_LEVEL="WARNING",
         GOAAI_EXECUTOR=args.executor,
         GOAAI_RUN_RATE_PER_USER=RUN_RATE,
         GOAAI_RUN_RATE_PER_TOKEN=RUN_RATE,

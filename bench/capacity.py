@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import DEFAULT_POSTGRES, ROOT, create_database, free_port, own_name
+from _common import server_environment as common_environment
 from api_throughput import stop, wait_ready
 
 PROVIDER_KEY_ENV = "GOAAI_BENCH_PROVIDER_KEY"
@@ -169,8 +170,6 @@ def provider_stats(port: int, *, reset: bool = False) -> dict[str, Any]:
 def server_environment(
     url: str, provider_port: int, args: argparse.Namespace, sql_log: Path
 ) -> dict[str, str]:
-    drop = {"REDIS_URL", "DATABASE_POOL", "GOAAI_EXECUTOR_THREADS", "ASGI_THREADS"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
     profiles = {
         "local": {
             "kind": "openai",
@@ -178,12 +177,9 @@ def server_environment(
             "api_key_env": PROVIDER_KEY_ENV,
         }
     }
-    env.update(
-        DJANGO_SETTINGS_MODULE="goaai.settings",
-        PYTHONPATH=str(ROOT),
-        DATABASE_URL=url,
-        DEBUG="0",
-        LOG_LEVEL="WARNING",
+    env = common_environment(
+        url,
+        drop=frozenset({"GOAAI_EXECUTOR_THREADS", "ASGI_THREADS"}),
         GOAAI_EXECUTOR="thread",
         GOAAI_AGENTS="bench.capacity_agent.CAPACITY",
         GOAAI_MODEL_PROFILES=json.dumps(profiles),

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import ROOT, free_port, private_redis
+from _common import server_environment as common_environment
 from api_throughput import RUN_RATE, stop
 from capacity import call, cpu_seconds, start_server
 
@@ -65,11 +66,6 @@ def arguments() -> argparse.Namespace:
         choices=["daphne", "uvicorn"],
         default="daphne",
         help="the ASGI server (uvicorn speaks WebSocket through the websockets package)",
-    )
-    parser.add_argument(
-        "--switch-interval",
-        type=float,
-        help="the server's sys.setswitchinterval (Python's default is 0.005 s)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the SQLite file and the log")
     return parser.parse_args()
@@ -256,13 +252,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def server_environment(args: argparse.Namespace, url: str, redis: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_POOL"}}
-    env.update(
-        DJANGO_SETTINGS_MODULE="goaai.settings",
-        PYTHONPATH=str(ROOT),
-        DATABASE_URL=url,
-        DEBUG="0",
-        LOG_LEVEL="WARNING",
+    env = common_environment(
+        url,
         GOAAI_EXECUTOR="thread",
         # One user opens all the sockets: their limit is for people, not for this.
         GOAAI_RUN_RATE_PER_USER=RUN_RATE,
@@ -270,11 +261,6 @@ def server_environment(args: argparse.Namespace, url: str, redis: str) -> dict[s
     )
     if redis:
         env["REDIS_URL"] = redis
-    if args.switch_interval is not None:
-        # goaai's settings with the interpreter's thread switch interval set
-        # (bench/capacity_settings.py).
-        env["DJANGO_SETTINGS_MODULE"] = "bench.capacity_settings"
-        env["GOAAI_BENCH_SWITCH_INTERVAL"] = str(args.switch_interval)
     return env
 
 

@@ -273,7 +273,7 @@ class _Publisher:
         if not isinstance(item, tuple):
             return [(group, item)]
         # Formatting happens here, off the run's worker thread, and each event is
-        # encoded once for every subscriber (see sessions_app.streams.event_frames).
+        # encoded once for every subscriber (see sessions_app.streams.encoded_events).
         events, owner_id = item
         formatted = [event.as_dict() for event in events]
         messages: list[tuple[str, dict[str, Any]]] = [
