@@ -159,15 +159,6 @@ def subscribe(pipe: Connection, port: int, token: str, session: str, count: int)
         pipe.send([(s.events, s.deltas) for s in subscribers])
         if os.environ.get("FANOUT_BY_TYPE"):
             print_by_type(subscribers)
-        if os.environ.get("FANOUT_DEBUG"):
-            by_type: dict[str, list[float]] = {}
-            for s in subscribers:
-                for (_, _, delay), kind in zip(s.events, s.types, strict=True):
-                    by_type.setdefault(kind, []).append(delay)
-            for kind, delays in by_type.items():
-                print(
-                    f"  {kind:24s} p50 {statistics.median(delays) * 1000:8.1f} ms  max {max(delays) * 1000:8.1f} ms"
-                )
 
     asyncio.run(main())
 
