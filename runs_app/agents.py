@@ -222,7 +222,6 @@ def version_for(definition: dict[str, Any]) -> AgentVersion:
     """The latest recorded version of an agent with exactly this definition, or a
     new one (for an agent in code run as it is now for the first time)."""
     agent = Agent.from_dict(definition)
-    source = "data" if AgentDefinition.objects.filter(agent=agent.id).exists() else "code"
     fingerprint = agent.fingerprint()
     for attempt in range(_NUMBERING_ATTEMPTS):
         found = (
@@ -231,10 +230,13 @@ def version_for(definition: dict[str, Any]) -> AgentVersion:
             .first()
         )
         if found is not None:
+            # The usual case, one read: where the agent is kept matters only to a
+            # version not recorded yet.
             return found
         try:
             with transaction.atomic():
-                return _append_version(agent, source=source, by=None)
+                kept_as_data = AgentDefinition.objects.filter(agent=agent.id).exists()
+                return _append_version(agent, source="data" if kept_as_data else "code", by=None)
         except IntegrityError:
             # Another process wrote the next number first; look again.
             if attempt == _NUMBERING_ATTEMPTS - 1:
