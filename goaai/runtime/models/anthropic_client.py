@@ -301,10 +301,10 @@ class AnthropicModel:
                 for event in stream:
                     self._absorb(event, reply, on_delta)
         except anthropic.AnthropicError as exc:
-            raise self._translate(exc, settings) from exc
-        # The SDK passes transport errors raised while reading the stream through
-        # unwrapped; before the first byte they arrive as APITimeoutError and
-        # APIConnectionError instead.
+            raise self._translate(exc, reply, settings) from exc
+        # Depending on the SDK's version, transport errors raised while reading the
+        # stream pass through unwrapped or arrive as APIConnectionError (as they
+        # always do before the first byte).
         except httpx2.TimeoutException as exc:
             raise timeout_error(self.name, self._timeout(settings)) from exc
         except httpx2.TransportError as exc:
@@ -422,14 +422,18 @@ class AnthropicModel:
     def _timeout(self, settings: ModelSettings) -> float:
         return settings.timeout_seconds if settings.timeout_seconds is not None else self.timeout
 
-    def _translate(self, exc: anthropic.AnthropicError, settings: ModelSettings) -> ModelError:
+    def _translate(
+        self, exc: anthropic.AnthropicError, reply: _Reply, settings: ModelSettings
+    ) -> ModelError:
         if isinstance(exc, anthropic.APITimeoutError):
             return timeout_error(self.name, self._timeout(settings))
         if isinstance(exc, anthropic.APIConnectionError):
             cause = exc.__cause__
-            return connection_error(
-                self.name, str(self._client.base_url), str(cause) if cause else exc.message
-            )
+            detail = str(cause) if cause else exc.message
+            if reply.opened:
+                # A connection that broke mid-stream: what arrived is not the reply.
+                return incomplete_error(self.name, detail)
+            return connection_error(self.name, str(self._client.base_url), detail)
         if isinstance(exc, anthropic.APIStatusError):
             # An ``error`` event inside a stream arrives as a status error carrying
             # the stream's 200; status_error then goes by the body's error type.

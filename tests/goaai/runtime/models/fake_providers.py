@@ -24,11 +24,15 @@ builder per quirk, so that each test names the server whose behaviour it pins.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import socket
 import struct
 import sys
+import termios
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -158,12 +162,26 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._reset:
             super().finish()
             return
-        # Linger 0 makes close send a reset; the files go first, as they hold the
+        # Linger 0 makes close send a reset, and a reset throws away what the
+        # kernel has not sent yet: wait until the client has acknowledged every
+        # frame written, so that it reads them all and then the reset, as from a
+        # proxy dying between two frames. The files go first, as they hold the
         # socket open.
+        self._wait_until_acknowledged()
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.rfile.close()
         self.wfile.close()
         self.connection.close()
+
+    def _wait_until_acknowledged(self, seconds: float = 5.0) -> None:
+        unacknowledged = array.array("i", [0])
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            # TIOCOUTQ on a TCP socket: bytes written and not yet acknowledged.
+            fcntl.ioctl(self.connection.fileno(), termios.TIOCOUTQ, unacknowledged, True)
+            if unacknowledged[0] == 0:
+                return
+            time.sleep(0.002)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: pytest shows the request list on failure through the tests' asserts."""
