@@ -193,6 +193,12 @@ def memory_context(*, session_id: UUID, query: str, budget: int) -> tuple[Fact, 
     return choose_facts(relevant, recent, budget)
 
 
+def memory_context_asks_a_model() -> bool:
+    """Whether :func:`memory_context` calls an embedding model (which no open
+    transaction should wait for), or is statements alone."""
+    return vectors.embedder() is not None
+
+
 def memory_search(*, session_id: UUID, query: str, limit: int = 5) -> list[Fact]:
     """At most ``limit`` facts the session reads that match ``query``, best first,
     as (scope, key, value): ranked as :func:`memory_context` ranks relevant ones."""

@@ -246,6 +246,11 @@ class Run(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # Not a column: set on a top-level run by the step that ends it, the session's
+    # run whose turn has come with that end (``None``: none waits), read in the
+    # same transaction, so that the executor hands it over without reading again.
+    next_queued_id: uuid.UUID | None
+
     class Meta:
         ordering = ["-created_at"]
         # Actions on another user's run (see goaai.access); a user may always act

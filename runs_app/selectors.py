@@ -39,6 +39,27 @@ def run_get(*, run_id: UUID) -> Run:
         raise NotFound(f"No run {run_id}.") from None
 
 
+def cancel_reason_of(
+    cancel_requested_at: dt.datetime | None, cancel_reason: str, status: str
+) -> str | None:
+    """The reason a cancel was asked for a run with these columns, or ``None``."""
+    if cancel_requested_at is not None or status == RunStatus.CANCELED:
+        return cancel_reason or "cancel requested"
+    return None
+
+
+# The columns of a run that say whether it was asked to stop.
+_CANCEL_READ = ("cancel_requested_at", "cancel_reason", "status")
+
+
+def run_cancel_reason(*, run_id: UUID) -> str | None:
+    """The reason a cancel was asked for the run (``"run deleted"`` when there is
+    no such run any more), or ``None``: one indexed probe, which a step of the turn
+    loop runs in its own transaction for the loop's next check."""
+    row = sql.read_row(Run, run_id, _CANCEL_READ)
+    return "run deleted" if row is None else cancel_reason_of(*row)
+
+
 class BranchRun(NamedTuple):
     """An earlier run as its history is read: the run's columns (``id``, ``input``,
     ``status``, ``error_message``) and its turns' in order, each turn's tool calls

@@ -51,9 +51,9 @@ from goaai.runtime.vocabulary import (
     TurnInterruption,
     sources_of,
 )
-from runs_app import pricing, rollups, selectors, telemetry
+from runs_app import agents, pricing, rollups, selectors, telemetry
 from runs_app.metrics import observe_model_latency
-from runs_app.models import AgentVersion, HistorySummary, Run, SessionFork, ToolCall, Turn
+from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
 from sessions_app import selectors as session_selectors
 from sessions_app import services as session_services
 from sessions_app.eventlog import EventBatch, recording
@@ -126,7 +126,7 @@ def run_create(
     idempotency_key: str | None = None,
     fingerprint: str = "",
     policy_decisions: list[Decision] | None = None,
-    agent_version: AgentVersion | None = None,
+    definition: dict[str, Any] | None = None,
     branch: Branch | None = None,
     multitask: str = Multitask.ENQUEUE,
     client_tools: Sequence[dict[str, Any]] = (),
@@ -138,8 +138,10 @@ def run_create(
     the run beside its message (tools it executes itself, its system messages).
 
     ``policy_decisions`` are the label rules that shaped ``policy``; each is recorded
-    as a ``policy.decision`` event of the new run. ``agent_version`` is the version
-    of the agent it executes (see :mod:`runs_app.agents`). A top-level run continues
+    as a ``policy.decision`` event of the new run. ``definition`` is the agent as it
+    is now: the run records that version of it, found (or written, for an agent in
+    code run as it is for the first time) in the run's own transaction (see
+    :mod:`runs_app.agents`). A top-level run continues
     from ``branch`` (by default from the session's head, :func:`session_head`).
 
     While another top-level run of the session is open, ``multitask`` decides, under
@@ -157,6 +159,7 @@ def run_create(
         ahead = [] if linked else selectors.session_open_runs(session_id=session_id)
         if ahead and multitask == Multitask.REJECT:
             _refuse_beside(session_id, ahead[-1], idempotency_key)
+        agent_version = None if definition is None else agents.version_for(definition)
         if linked:
             branch = Branch(previous_run_id=None)
         elif branch is None:
@@ -322,6 +325,8 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
             stopped=stopped,
         )
     rollups.run_ended(run, owner_id=_owner_of(batch, run.session_id))
+    if run.parent_run_id is None:
+        run.next_queued_id = selectors.session_next_queued(session_id=run.session_id)
     batch.add(
         *payloads.run_ended(
             status=status,
@@ -918,12 +923,13 @@ def turn_complete(
     retries: int = 0,
     interruption: str = "",
     usage_estimated: bool = False,
-) -> None:
+) -> str | None:
     """Record the model's reply to a turn, and add its token usage and its cost (at
     the price in force now, see :mod:`runs_app.pricing`) to the run's. A reply cut
     short (stopped, failed or lost mid-answer) is the text said until then, with
     ``interruption`` saying how it ended and ``usage_estimated`` whether its usage
-    is (in part) an estimate."""
+    is (in part) an estimate. Returns the reason a cancel was asked for, as the
+    step's transaction found the run (:func:`selectors.run_cancel_reason`)."""
     said = payloads.is_message(text, interruption)
     with recording(turn_id, of=Turn, expect=3 if said else 2, read=_TURN_READ) as batch:
         turn = _turn(batch)
@@ -971,9 +977,11 @@ def turn_complete(
             *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=usage_estimated),
             run_id=run_id,
         )
+        cancel = selectors.run_cancel_reason(run_id=run_id)
     if interruption != TurnInterruption.CRASHED:
         # A turn lost with its worker has no latency that was measured.
         observe_model_latency(model=model or turn.model, latency_ms=latency_ms)
+    return cancel
 
 
 def turn_checkpoint(*, turn_id: UUID, text: str) -> None:
@@ -1147,8 +1155,10 @@ def tool_call_finish(
     result: Any = None,
     error_kind: str = "",
     error_message: str = "",
-) -> None:
-    """Record how a running tool call ended: its result, or its error."""
+) -> str | None:
+    """Record how a running tool call ended: its result, or its error. Returns the
+    reason a cancel was asked for, as the step's transaction found the call's run
+    (:func:`selectors.run_cancel_reason`)."""
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
     with recording(tool_call_id, of=ToolCall, expect=1, read=_CALL_READ) as batch:
         call = _locked_call(tool_call_id, batch)
@@ -1161,6 +1171,7 @@ def tool_call_finish(
             error_message=error_message,
             only_from=(ToolCallStatus.RUNNING,),
         )
+        return selectors.run_cancel_reason(run_id=call.run_id)
 
 
 def _tool_call_decide(

@@ -39,7 +39,7 @@ from goaai.runtime.vocabulary import AwaitingKind, Multitask, RunStatus, ToolCal
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import MemoryEntry
-from runs_app import agents, selectors, services
+from runs_app import selectors, services
 from runs_app.models import AgentVersion, HistorySummary, Run, ToolCall, Turn
 from runs_app.sessions import session_end
 from sessions_app import services as session_services
@@ -109,12 +109,6 @@ def _info(run: Run) -> RunInfo:
     return replace(info, queued_behind=selectors.run_queued_behind(run_id=run.pk))
 
 
-def _version(agent: str, definition: dict[str, Any] | None) -> AgentVersion | None:
-    if definition is None:
-        return None
-    return agents.version_for(definition)
-
-
 def _with_memory(context: RunContext) -> RunContext:
     """The context with the facts the run is told: those most relevant to its input
     within its agent's memory budget (:func:`memory_app.selectors.memory_context`).
@@ -174,7 +168,7 @@ class OrmRunStore:
             client_tools=client_tools,
             instructions=instructions,
             branch=branch,
-            agent_version=_version(agent, definition),
+            definition=definition,
             session_id=session_id,
             agent=agent,
             input=input,
@@ -241,7 +235,7 @@ class OrmRunStore:
         if not session_id:
             raise NotFound(f"No run {parent_run_id}.")
         run = services.run_create(
-            agent_version=_version(agent, definition),
+            definition=definition,
             session_id=session_id[0],
             agent=agent,
             input=input,
@@ -256,13 +250,17 @@ class OrmRunStore:
     # The turn loop
 
     def claim_run(self, run_id: UUID, *, owner: str, lease_seconds: float) -> RunContext | None:
-        # The claim and what the run starts from, read in the same transaction; the
-        # facts it is told, after it (ranking them may ask an embedding model, and no
-        # transaction should wait for that).
+        # The claim, what the run starts from and the facts it is told, read in the
+        # same transaction; the facts after it when ranking them asks an embedding
+        # model (no transaction should wait for that).
         with transaction.atomic():
             claim = services.run_claim(run_id=run_id, owner=owner, lease_seconds=lease_seconds)
-            context = None if claim is None else self._context(claim, owner)
-        return None if context is None else _with_memory(context)
+            if claim is None:
+                return None
+            context = self._context(claim, owner)
+            if not memory_selectors.memory_context_asks_a_model():
+                return _with_memory(context)
+        return _with_memory(context)
 
     def _context(self, claim: services.Claim, owner: str) -> RunContext:
         run, fresh = claim.run, claim.fresh
@@ -300,6 +298,9 @@ class OrmRunStore:
             ),
             client_tools=tuple(run.client_tools or ()),
             instructions=run.instructions,
+            cancel_reason=selectors.cancel_reason_of(
+                run.cancel_requested_at, run.cancel_reason, run.status
+            ),
         )
 
     def renew_lease(self, run_id: UUID, *, owner: str, lease_seconds: float) -> bool:
@@ -323,17 +324,7 @@ class OrmRunStore:
         return None if run is None else RunInfo.of(run)
 
     def cancel_requested(self, run_id: UUID) -> str | None:
-        row = (
-            Run.objects.filter(pk=run_id)
-            .values_list("cancel_requested_at", "cancel_reason", "status")
-            .first()
-        )
-        if row is None:
-            return "run deleted"
-        requested_at, reason, status = row
-        if requested_at is not None or status == RunStatus.CANCELED:
-            return reason or "cancel requested"
-        return None
+        return selectors.run_cancel_reason(run_id=run_id)
 
     def start_turn(
         self, *, run_id: UUID, index: int, model: str, messages: list[dict[str, Any]]
@@ -352,8 +343,8 @@ class OrmRunStore:
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> None:
-        services.turn_complete(
+    ) -> str | None:
+        return services.turn_complete(
             turn_id=turn_id,
             text=reply.text,
             tool_calls=[call.as_dict() for call in reply.tool_calls],
@@ -453,8 +444,8 @@ class OrmRunStore:
     def settle_child(self, run_id: UUID) -> UUID | None:
         return services.run_settle_child(child_run_id=run_id)
 
-    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
-        services.tool_call_finish(
+    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> str | None:
+        return services.tool_call_finish(
             tool_call_id=tool_call_id,
             result=outcome.result,
             error_kind=outcome.error_kind,

@@ -30,6 +30,7 @@ from goaai import sql
 from goaai.runtime.errors import NotFound
 from sessions_app.models import RunEvent, Session
 from sessions_app.publisher import Written, publish_events
+from sessions_app.selectors import remember_owner_and_agent
 from sessions_app.webhooks.outbox import webhook_enqueue_logged
 
 
@@ -152,6 +153,7 @@ class recording:
         except BaseException as error:
             self.atomic.__exit__(type(error), error, error.__traceback__)
             raise
+        remember_owner_and_agent(found.session_id, found.owner_id, found.agent)
         self.batch = EventBatch(
             session_id=found.session_id,
             last_seq=found.counter - self.expect,

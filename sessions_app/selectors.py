@@ -46,10 +46,16 @@ def session_owner_and_agent(session_id: UUID) -> tuple[int, str] | None:
     row = Session.objects.filter(pk=session_id).values_list("owner_id", "agent").first()
     if row is None:
         return None
+    return remember_owner_and_agent(session_id, row[0], row[1])
+
+
+def remember_owner_and_agent(session_id: UUID, owner_id: int, agent: str) -> tuple[int, str]:
+    """Keep what a statement of the caller's read of a session for
+    :func:`session_owner_and_agent` (a step that locked the session has them)."""
     if len(_OWNERS) >= _OWNERS_LIMIT:
         _OWNERS.clear()
-    _OWNERS[session_id] = (row[0], row[1])
-    return _OWNERS[session_id]
+    known = _OWNERS[session_id] = (owner_id, agent)
+    return known
 
 
 def session_get(*, session_id: UUID) -> Session:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 from uuid import UUID
+
+from goaai.runtime.types import RunInfo
 
 logger = logging.getLogger(__name__)
 
@@ -29,20 +32,36 @@ class Executor(Protocol):
         """Have the run executed; returns without waiting unless the executor is inline."""
         ...
 
-    def wait(self, run_id: UUID, timeout: float) -> bool:
-        """Wait for a run this executor holds; ``False`` if it holds none or time ran out."""
+    def wait(self, run_id: UUID, timeout: float) -> RunInfo | bool:
+        """Wait for a run this executor holds (:class:`TimeoutError` when time runs
+        out): the run as executing it left it (ended, or waiting for a person) when
+        the executor has it, so that the caller need not read it again; else whether
+        it held the run."""
         ...
+
+
+# How many executed runs an inline executor keeps for a wait that may follow.
+INLINE_RESULTS_KEPT = 64
 
 
 class InlineExecutor:
     def __init__(self, job: Job) -> None:
         self.job = job
+        self._results: OrderedDict[UUID, RunInfo] = OrderedDict()
+        self._lock = threading.Lock()
 
     def submit(self, run_id: UUID) -> None:
-        self.job(run_id)
+        result = self.job(run_id)
+        if isinstance(result, RunInfo):
+            with self._lock:
+                self._results[run_id] = result
+                while len(self._results) > INLINE_RESULTS_KEPT:
+                    self._results.popitem(last=False)
 
-    def wait(self, run_id: UUID, timeout: float) -> bool:
-        return False
+    def wait(self, run_id: UUID, timeout: float) -> RunInfo | bool:
+        # The run was executed when it was submitted.
+        with self._lock:
+            return self._results.pop(run_id, False)
 
 
 class ThreadExecutor:
@@ -68,13 +87,13 @@ class ThreadExecutor:
             with self._lock:
                 self._futures.pop(run_id, None)
 
-    def wait(self, run_id: UUID, timeout: float) -> bool:
+    def wait(self, run_id: UUID, timeout: float) -> RunInfo | bool:
         with self._lock:
             future = self._futures.get(run_id)
         if future is None:
             return False
-        future.result(timeout=timeout)
-        return True
+        result = future.result(timeout=timeout)
+        return result if isinstance(result, RunInfo) else True
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

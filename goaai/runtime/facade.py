@@ -238,18 +238,23 @@ class Runtime:
                 if parent is not None:
                     self._submit_after_commit(parent)
             elif result is not None and RunStatus(result.status).is_terminal:
-                self._hand_over(result.session_id)
+                self._hand_over(result)
             return result
 
-    def _hand_over(self, session_id: UUID) -> None:
-        """A top-level run of the session ended: once that is committed, the run
-        waiting for its turn there (if any) goes to the executor. A hand-over that
-        does not reach it (a queue that is down, a process that dies first) is made
-        up by the reaper, which finds the run pending with nothing before it."""
+    def _hand_over(self, ended: RunInfo) -> None:
+        """A top-level run ended: once that is committed, the run waiting for its
+        turn in its session (if any; known from the end's own step when the store
+        says) goes to the executor. A hand-over that does not reach it (a queue that
+        is down, a process that dies first) is made up by the reaper, which finds
+        the run pending with nothing before it."""
         store, executor = self.store, self.executor
 
         def hand_over() -> None:
-            next_id = store.next_queued_run(session_id)
+            next_id = (
+                ended.next_run_id
+                if ended.next_run_known
+                else store.next_queued_run(ended.session_id)
+            )
             if next_id is None:
                 return
             try:
@@ -527,9 +532,14 @@ class Runtime:
         limit = self.config.run_wait_seconds if timeout is None else timeout
         deadline = time.monotonic() + limit
         try:
-            self.executor.wait(run_uuid, timeout=limit)
+            done = self.executor.wait(run_uuid, timeout=limit)
         except TimeoutError:
             return self.store.get_run(run_uuid)
+        if isinstance(done, RunInfo) and done.id == run_uuid and done.status in _SETTLED:
+            # As the executor's worker left it: nothing changes a settled run but
+            # a person's answer or a cancel, which a read a moment later could
+            # miss as well.
+            return done
         # Another process may hold the run (or it is paused): watch the record.
         delay = 0.01
         while True:
@@ -557,7 +567,7 @@ class Runtime:
             _uuid(run_id), reason, by=int(_id(by)) if by is not None else None, kind=kind
         )
         if run.parent_run_id is None and RunStatus(run.status).is_terminal:
-            self._hand_over(run.session_id)
+            self._hand_over(run)
         return run
 
     # Memory

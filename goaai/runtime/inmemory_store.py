@@ -812,7 +812,7 @@ class InMemoryRunStore:
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> None:
+    ) -> str | None:
         with self._lock:
             turn = self._turn(turn_id)
             run = self._runs[turn.run_id]
@@ -851,6 +851,7 @@ class InMemoryRunStore:
                 payloads.usage(turn=turn.id, used=used, cost=cost, estimated=usage_estimated),
                 now,
             )
+            return self._cancel_reason(run)
 
     def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
         with self._lock:
@@ -1022,7 +1023,7 @@ class InMemoryRunStore:
             self._resume(parent, now, answered=AwaitingKind.DELEGATED, child_run=str(child.id))
             return parent.id
 
-    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None:
+    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> str | None:
         with self._lock:
             call = self._call(tool_call_id)
             self._end_call(
@@ -1034,6 +1035,8 @@ class InMemoryRunStore:
                 error_message=outcome.error_message,
                 only_from=frozenset({ToolCallStatus.RUNNING}),
             )
+            run = self._runs.get(call.run_id)
+            return "run deleted" if run is None else self._cancel_reason(run)
 
     def finish_run(
         self,
@@ -1770,6 +1773,7 @@ class InMemoryRunStore:
             definition=_json(run.definition),
             client_tools=tuple(_json(run.client_tools)),
             instructions=run.instructions,
+            cancel_reason=self._cancel_reason(run),
         )
 
     def _head(self, session_id: UUID) -> UUID | None:

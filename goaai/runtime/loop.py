@@ -132,6 +132,11 @@ class _Interrupted(Exception):
 
 # While a model streams its answer, how often the loop looks for a cancel request.
 CANCEL_CHECK_SECONDS = 0.5
+# A step that found in its own transaction whether the run was asked to stop
+# (claiming it, recording a reply, ending a tool call) answers the check that
+# follows it, instead of a read of its own, if that check comes within this long
+# (a cancel committed in between is then seen at the next check).
+SEEN_FRESH_SECONDS = 0.05
 # And how often it keeps the text said so far (what a crash may lose at most, and
 # what a subscriber joining mid-answer first reads).
 CHECKPOINT_SECONDS = 1.0
@@ -225,6 +230,19 @@ class _Progress:
     history_runs: list[int] = field(default_factory=list)
     # How many of the calls a model asks for together run at the same time.
     parallel_tool_calls: int = 1
+    # The run's cancel request (its reason, or None) as the last step found it,
+    # and when (time.monotonic()), for the check that follows (SEEN_FRESH_SECONDS).
+    seen: tuple[str | None, float] | None = None
+
+    def saw(self, cancel_reason: str | None) -> None:
+        self.seen = (cancel_reason, time.monotonic())
+
+    def fresh_view(self) -> tuple[str | None] | None:
+        """What the last step saw, if it is fresh (once: a second check reads)."""
+        seen, self.seen = self.seen, None
+        if seen is None or time.monotonic() - seen[1] > SEEN_FRESH_SECONDS:
+            return None
+        return (seen[0],)
 
 
 @dataclass
@@ -463,6 +481,7 @@ class TurnLoop:
             result_chars=agent.conversation.tool_result_chars,
         )
         progress.parallel_tool_calls = agent.conversation.parallel_tool_calls
+        progress.saw(context.cancel_reason)
         if not context.turns:
             progress.messages = self._initial_messages(agent, context, model, specs, progress)
 
@@ -650,12 +669,13 @@ class TurnLoop:
             partial = keep_partial(exc, TurnInterruption.FAILED)
             error = RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable)
             raise _Stop(RunStatus.FAILED, error, output=partial) from exc
-        self.store.complete_turn(
+        cancel_reason = self.store.complete_turn(
             turn_id=turn_id,
             reply=reply,
             latency_ms=int((self.clock() - turn_started) * 1000),
             retries=retries,
         )
+        progress.saw(cancel_reason)
         if _cut_short(reply.finish_reason, reply.text, reply.tool_calls):
             self._told_cut_short(agent, progress, reply.text)
             return ()
@@ -768,7 +788,7 @@ class TurnLoop:
                     )
                 if call.tool is not None and call.tool.answered_by_caller:
                     raise _Paused(self._await_caller(context, calls))
-                outcome = self._call_tool(context, call)
+                outcome = self._call_tool(context, progress, call)
             progress.tool_calls += 1
             progress.consecutive_failures = 0 if outcome.ok else progress.consecutive_failures + 1
             # The result reaches the model bounded; all of it stays recorded.
@@ -822,7 +842,7 @@ class TurnLoop:
             for call in together:
                 if not call.started:
                     self._check_between_steps(context, policy, progress, lease)
-                call.outcome = self._execute_call(context, call)
+                call.outcome = self._execute_call(context, progress, call)
             return
         with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="goaai-tools") as pool:
             jobs = [
@@ -862,7 +882,9 @@ class TurnLoop:
         # their own (an agent asked, which may pause, runs in the loop's thread).
         outcome = self._invoke(found, call.request, context, call.recorded_id)
         with self.store.worker():
-            self.store.finish_tool_call(tool_call_id=call.recorded_id, outcome=outcome)
+            progress.saw(
+                self.store.finish_tool_call(tool_call_id=call.recorded_id, outcome=outcome)
+            )
         call.outcome = outcome
 
     def _record_call(self, turn_id: UUID, call: _Call, *, start: bool) -> None:
@@ -882,7 +904,7 @@ class TurnLoop:
             )
             call.started = True
 
-    def _call_tool(self, context: RunContext, call: _Call) -> ToolOutcome:
+    def _call_tool(self, context: RunContext, progress: _Progress, call: _Call) -> ToolOutcome:
         """A call that waits for a person (the run pauses), or that runs in the
         loop's own thread, in the model's order after the calls run together."""
         found, tool_call_id = call.tool, call.recorded_id
@@ -894,7 +916,7 @@ class TurnLoop:
                     run_id=context.run_id, kind=AwaitingKind.APPROVAL, tool_call_id=tool_call_id
                 )
             )
-        return self._execute_call(context, call)
+        return self._execute_call(context, progress, call)
 
     def _ask(self, context: RunContext, found: Tool, call: _Call) -> ToolOutcome:
         """Pause the run with the call's question. Its arguments are checked as any
@@ -946,7 +968,7 @@ class TurnLoop:
             return outcome
         return found
 
-    def _execute_call(self, context: RunContext, call: _Call) -> ToolOutcome:
+    def _execute_call(self, context: RunContext, progress: _Progress, call: _Call) -> ToolOutcome:
         """Execute a recorded call that needs no person (now) in the loop's thread,
         record how it ended, and return that."""
         found = self._tool_to_run(call)
@@ -968,7 +990,7 @@ class TurnLoop:
                     child_run_id=waiting.child.id,
                 )
             ) from None
-        self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome)
+        progress.saw(self.store.finish_tool_call(tool_call_id=tool_call_id, outcome=outcome))
         return outcome
 
     def _invoke(
@@ -1285,7 +1307,8 @@ class TurnLoop:
         self, context: RunContext, policy: Policy, progress: _Progress, lease: _LeaseKeeper
     ) -> None:
         lease.check()
-        reason = self.store.cancel_requested(context.run_id)
+        view = progress.fresh_view()
+        reason = view[0] if view is not None else self.store.cancel_requested(context.run_id)
         if reason is not None:
             raise _Stop(RunStatus.CANCELED, reason=reason)
         if self.clock() - progress.started > policy.time_budget_seconds:

@@ -204,13 +204,17 @@ class RunStore(Protocol):
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> None:
+    ) -> str | None:
         """Record the model's reply: text, tool calls, why it stopped, its reasoning,
         its usage of each kind and its cost (at the price in force now), after
         ``retries`` retried attempts. A reply that did not finish is the text said
         until then, with ``interruption`` saying how it ended
         (:class:`~goaai.runtime.vocabulary.TurnInterruption`) and
-        ``usage_estimated`` whether its usage is (in part) an estimate."""
+        ``usage_estimated`` whether its usage is (in part) an estimate.
+
+        Returns what :meth:`cancel_requested` would say, as the step found the run
+        when it recorded the reply: the loop's check that follows needs no read
+        of its own."""
         ...
 
     def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
@@ -291,7 +295,10 @@ class RunStore(Protocol):
         the parent to hand to the executor, or ``None``."""
         ...
 
-    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> None: ...
+    def finish_tool_call(self, *, tool_call_id: UUID, outcome: ToolOutcome) -> str | None:
+        """Record how a running call ended. Returns what :meth:`cancel_requested`
+        would say, as the step found the call's run (see :meth:`complete_turn`)."""
+        ...
 
     def finish_run(
         self,

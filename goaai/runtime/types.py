@@ -223,6 +223,13 @@ class RunInfo:
     retry_of_id: UUID | None = None
     regenerates_id: UUID | None = None
     edit_of_id: UUID | None = None
+    # Of a top-level run as the step that ended it left it, when its store says:
+    # the session's run whose turn has come (``next_run_id``, ``None`` when none
+    # waits), found in that step's transaction. Not known otherwise (read it then,
+    # :meth:`~goaai.runtime.store.RunStore.next_queued_run`). Not part of the run's
+    # state: two reads of one run compare equal whichever step made them.
+    next_run_known: bool = field(default=False, compare=False)
+    next_run_id: UUID | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, run: Any, copy: Copy = _same) -> RunInfo:
@@ -253,6 +260,8 @@ class RunInfo:
             retry_of_id=run.retry_of_id,
             regenerates_id=run.regenerates_id,
             edit_of_id=run.edit_of_id,
+            next_run_known=hasattr(run, "next_queued_id"),
+            next_run_id=getattr(run, "next_queued_id", None),
         )
 
 
@@ -393,6 +402,9 @@ class RunContext:
     # messages), told to the model after the agent's system prompt.
     client_tools: tuple[dict[str, Any], ...] = ()
     instructions: str = ""
+    # The reason a cancel was asked for, as the claim found the run (a run that
+    # was asked to stop while its worker died), or None.
+    cancel_reason: str | None = None
 
 
 class MemoryRecord(NamedTuple):

@@ -38,13 +38,13 @@ pytestmark = pytest.mark.django_db
 DAY = dt.timedelta(days=1)
 
 
-def _conversation(owner, *, ended_days_ago: float | None, runs: int = 1):
+def _conversation(owner, *, ended_days_ago: float | None, runs: int = 1, agent: str = "assistant"):
     """A session with ``runs`` finished runs (a turn and a tool call each), its event
     log, session memory with two revisions, and a user-scoped entry the last run
     wrote. Ended that many days ago, or still active (``None``)."""
     session = session_services.session_create(owner_id=owner.pk, agent="assistant")
     for number in range(runs):
-        run = run_services.run_create(session_id=session.id, agent="assistant", input="hi")
+        run = run_services.run_create(session_id=session.id, agent=agent, input="hi")
         run_services.run_claim(run_id=run.id, owner="worker-1", lease_seconds=60)
         turn = run_services.turn_start(
             run_id=run.id, index=0, model="scripted", request_messages=[]
@@ -331,8 +331,9 @@ def test_a_batch_costs_the_same_statements_whatever_it_holds(owner):
     takes its runs out of included: a few per rollup, not per run or per row."""
 
     def statements_to_purge(runs: int, sessions: int) -> tuple[int, int, int]:
-        for _ in range(sessions):
-            _conversation(owner, ended_days_ago=100, runs=runs)
+        for number in range(sessions):
+            # Runs of several agents: rows of several rollup keys to take them from.
+            _conversation(owner, ended_days_ago=100, runs=runs, agent=f"agent-{number}")
         touched = sum(
             model.objects.count()
             for model in (RunRollup, LatencyRollup, UserLatencyRollup, ToolRollup)

@@ -100,9 +100,10 @@ class InMemoryRunStore:
 
     def complete_turn(
         self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int, retries: int = 0
-    ) -> None:
+    ) -> str | None:
         self.turns[turn_id]["reply"] = reply
         self.turns[turn_id]["retries"] = retries
+        return self.cancel_requested(self.run_id)
 
     def model_retry(
         self,
@@ -132,8 +133,9 @@ class InMemoryRunStore:
             turn_id=turn_id, index=index, request=request, requires_approval=False
         )
 
-    def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> None:
+    def finish_tool_call(self, *, tool_call_id: uuid.UUID, outcome: ToolOutcome) -> str | None:
         self.tool_calls[tool_call_id]["outcome"] = outcome
+        return self.cancel_requested(self.run_id)
 
     def policy_decision(self, *, run_id: uuid.UUID, rule: str, verdict: str, reason: str) -> None:
         self.decisions.append((rule, verdict, reason))
