@@ -36,7 +36,15 @@ from goaai.runtime.errors import (
 from goaai.runtime.policy import Decision
 from goaai.runtime.questions import Question
 from goaai.runtime.tools.client import awaited_outputs
-from goaai.runtime.types import USAGE_KINDS, Branch, Usage, known_cost
+from goaai.runtime.types import (
+    USAGE_KINDS,
+    Branch,
+    PlannedCall,
+    ToolCallRequest,
+    TurnRecorded,
+    Usage,
+    known_cost,
+)
 from goaai.runtime.vocabulary import (
     OPEN_RUN_STATUSES,
     OPEN_TOOL_CALL_STATUSES,
@@ -909,6 +917,30 @@ def _turn(batch: EventBatch) -> _TurnOf:
     return _TurnOf(run_id, batch.session_id, position, model)
 
 
+class _Reply(NamedTuple):
+    """A model's reply to a turn, as :func:`turn_complete` records it."""
+
+    text: str
+    tool_calls: list[dict[str, Any]]
+    usage: Usage
+    latency_ms: int
+    model: str
+    finish_reason: str
+    reasoning: str
+    reasoning_state: list[dict[str, Any]]
+    retries: int
+    interruption: str
+    usage_estimated: bool
+
+    @property
+    def said(self) -> bool:
+        return payloads.is_message(self.text, self.interruption)
+
+    @property
+    def events(self) -> int:
+        return 3 if self.said else 2
+
+
 def turn_complete(
     *,
     turn_id: UUID,
@@ -923,65 +955,131 @@ def turn_complete(
     retries: int = 0,
     interruption: str = "",
     usage_estimated: bool = False,
-) -> str | None:
+    calls: Sequence[PlannedCall] = (),
+) -> TurnRecorded:
     """Record the model's reply to a turn, and add its token usage and its cost (at
     the price in force now, see :mod:`runs_app.pricing`) to the run's. A reply cut
     short (stopped, failed or lost mid-answer) is the text said until then, with
     ``interruption`` saying how it ended and ``usage_estimated`` whether its usage
-    is (in part) an estimate. Returns the reason a cancel was asked for, as the
+    is (in part) an estimate. ``calls`` of the reply are recorded in the same step,
+    as :func:`tool_call_schedule` records one, unless the run was asked to stop
+    (then none is). Returns their ids and the reason a cancel was asked for, as the
     step's transaction found the run (:func:`selectors.run_cancel_reason`)."""
-    said = payloads.is_message(text, interruption)
-    with recording(turn_id, of=Turn, expect=3 if said else 2, read=_TURN_READ) as batch:
+    reply = _Reply(
+        text,
+        tool_calls,
+        usage,
+        latency_ms,
+        model,
+        finish_reason,
+        reasoning,
+        reasoning_state or [],
+        retries,
+        interruption,
+        usage_estimated,
+    )
+    expect = reply.events + sum(_call_events(call) for call in calls)
+    with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
         turn = _turn(batch)
-        run_id = turn.run_id
-        cost = pricing.turn_cost(turn.model, usage, batch.now)
-        sql.update(
-            Turn,
-            turn_id,
-            {
-                "response_text": text,
-                "response_tool_calls": tool_calls,
-                "response_model": model,
-                "finish_reason": finish_reason,
-                "reasoning": reasoning,
-                "reasoning_state": reasoning_state or [],
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cached_input_tokens": usage.cached_input_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "reasoning_tokens": usage.reasoning_tokens,
-                "cost": cost,
-                "retries": retries,
-                "latency_ms": latency_ms,
-                "interruption": interruption,
-                "usage_estimated": usage_estimated,
-                "ended_at": batch.now,
-            },
-        )
-        _charge(run_id, usage, cost, answered_by=turn.model)
-        batch.add(
-            *payloads.turn_completed(
-                turn=turn_id,
-                index=turn.position,
-                tool_calls=len(tool_calls),
-                latency_ms=latency_ms,
-                finish_reason=finish_reason,
-                interruption=interruption,
-                usage_estimated=usage_estimated,
-            ),
-            run_id=run_id,
-        )
-        if said:
-            batch.add(*payloads.message_completed(turn=turn_id, text=text), run_id=run_id)
-        batch.add(
-            *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=usage_estimated),
-            run_id=run_id,
-        )
-        cancel = selectors.run_cancel_reason(run_id=run_id)
-    if interruption != TurnInterruption.CRASHED:
+        _turn_reply(batch, turn_id, turn, reply)
+        cancel = selectors.run_cancel_reason(run_id=turn.run_id)
+        if cancel is not None:
+            calls = ()
+        ids = tuple(_tool_call_record(batch, turn_id, turn, call).id for call in calls)
+    _observe_latency(reply, turn)
+    return TurnRecorded(cancel, ids)
+
+
+def turn_complete_run(
+    *,
+    turn_id: UUID,
+    text: str,
+    usage: Usage,
+    latency_ms: int,
+    model: str = "",
+    finish_reason: str = FinishReason.STOP,
+    reasoning: str = "",
+    reasoning_state: list[dict[str, Any]] | None = None,
+    retries: int = 0,
+) -> Run:
+    """Record the model's reply to a turn, which asks for no tool call, as
+    :func:`turn_complete` does, and complete the run with its text, as
+    :func:`run_complete` does: one step (:class:`IllegalTransition`, and nothing
+    recorded, if the run is not running)."""
+    reply = _Reply(
+        text,
+        [],
+        usage,
+        latency_ms,
+        model,
+        finish_reason,
+        reasoning,
+        reasoning_state or [],
+        retries,
+        "",
+        False,
+    )
+    with recording(turn_id, of=Turn, expect=reply.events + 1, read=_TURN_READ) as batch:
+        turn = _turn(batch)
+        _turn_reply(batch, turn_id, turn, reply)
+        run = _run_end(batch, turn.run_id, RunStatus.COMPLETED, output=text)
+    _observe_latency(reply, turn)
+    return run
+
+
+def _turn_reply(batch: EventBatch, turn_id: UUID, turn: _TurnOf, reply: _Reply) -> None:
+    """Record ``reply`` on the turn and its usage and cost on the run, in ``batch``'s
+    step."""
+    run_id, usage = turn.run_id, reply.usage
+    cost = pricing.turn_cost(turn.model, usage, batch.now)
+    sql.update(
+        Turn,
+        turn_id,
+        {
+            "response_text": reply.text,
+            "response_tool_calls": reply.tool_calls,
+            "response_model": reply.model,
+            "finish_reason": reply.finish_reason,
+            "reasoning": reply.reasoning,
+            "reasoning_state": reply.reasoning_state,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cached_input_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "cost": cost,
+            "retries": reply.retries,
+            "latency_ms": reply.latency_ms,
+            "interruption": reply.interruption,
+            "usage_estimated": reply.usage_estimated,
+            "ended_at": batch.now,
+        },
+    )
+    _charge(run_id, usage, cost, answered_by=turn.model)
+    batch.add(
+        *payloads.turn_completed(
+            turn=turn_id,
+            index=turn.position,
+            tool_calls=len(reply.tool_calls),
+            latency_ms=reply.latency_ms,
+            finish_reason=reply.finish_reason,
+            interruption=reply.interruption,
+            usage_estimated=reply.usage_estimated,
+        ),
+        run_id=run_id,
+    )
+    if reply.said:
+        batch.add(*payloads.message_completed(turn=turn_id, text=reply.text), run_id=run_id)
+    batch.add(
+        *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=reply.usage_estimated),
+        run_id=run_id,
+    )
+
+
+def _observe_latency(reply: _Reply, turn: _TurnOf) -> None:
+    if reply.interruption != TurnInterruption.CRASHED:
         # A turn lost with its worker has no latency that was measured.
-        observe_model_latency(model=model or turn.model, latency_ms=latency_ms)
-    return cancel
+        observe_model_latency(model=reply.model or turn.model, latency_ms=reply.latency_ms)
 
 
 def turn_checkpoint(*, turn_id: UUID, text: str) -> None:
@@ -1039,53 +1137,71 @@ def tool_call_schedule(
     With ``start`` (a call that needs no approval), the call is recorded as running
     its first attempt in the same transaction: one step instead of two.
     """
+    planned = PlannedCall(
+        index,
+        ToolCallRequest(id=call_id, name=name, arguments=arguments),
+        start=start,
+        requires_approval=requires_approval,
+    )
+    with recording(turn_id, of=Turn, expect=_call_events(planned), read=_TURN_READ) as batch:
+        return _tool_call_record(batch, turn_id, _turn(batch), planned)
+
+
+def _call_events(call: PlannedCall) -> int:
+    """How many events recording ``call`` writes."""
+    return 2 if call.requires_approval or call.start else 1
+
+
+def _tool_call_record(
+    batch: EventBatch, turn_id: UUID, turn: _TurnOf, call: PlannedCall
+) -> ToolCall:
+    """Record a call of the turn's reply, in ``batch``'s step (see
+    :func:`tool_call_schedule`)."""
+    index, request, start, requires_approval = call
     if requires_approval and start:
-        raise IllegalTransition(call_id, "waiting for approval", "running", what="Tool call")
-    expect = 2 if requires_approval or start else 1
-    with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
-        turn = _turn(batch)
-        run_id, session_id = turn.run_id, turn.session_id
-        call = ToolCall(
-            run_id=run_id,
-            turn_id=turn_id,
-            session_id=session_id,
-            call_id=call_id,
-            index=index,
+        raise IllegalTransition(request.id, "waiting for approval", "running", what="Tool call")
+    run_id, name, arguments = turn.run_id, request.name, request.arguments
+    recorded = ToolCall(
+        run_id=run_id,
+        turn_id=turn_id,
+        session_id=turn.session_id,
+        call_id=request.id,
+        index=index,
+        name=name,
+        arguments=arguments,
+        requires_approval=requires_approval,
+        status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
+        attempt=1 if start else 0,
+        started_at=batch.now if start else None,
+    )
+    try:
+        sql.insert(recorded)
+    except IntegrityError as exc:
+        raise IllegalTransition(
+            turn_id, f"already at tool call {index}", f"tool call {index}", what="Turn"
+        ) from exc
+    batch.add(
+        *payloads.tool_call_scheduled(
+            tool_call=recorded.id,
             name=name,
             arguments=arguments,
             requires_approval=requires_approval,
-            status=ToolCallStatus.RUNNING if start else ToolCallStatus.SCHEDULED,
-            attempt=1 if start else 0,
-            started_at=batch.now if start else None,
-        )
-        try:
-            sql.insert(call)
-        except IntegrityError as exc:
-            raise IllegalTransition(
-                turn_id, f"already at tool call {index}", f"tool call {index}", what="Turn"
-            ) from exc
+        ),
+        run_id=run_id,
+    )
+    if requires_approval:
         batch.add(
-            *payloads.tool_call_scheduled(
-                tool_call=call.id,
-                name=name,
-                arguments=arguments,
-                requires_approval=requires_approval,
+            *payloads.tool_call_approval_requested(
+                tool_call=recorded.id, name=name, arguments=arguments
             ),
             run_id=run_id,
         )
-        if requires_approval:
-            batch.add(
-                *payloads.tool_call_approval_requested(
-                    tool_call=call.id, name=name, arguments=arguments
-                ),
-                run_id=run_id,
-            )
-        if start:
-            batch.add(
-                *payloads.tool_call_started(tool_call=call.id, name=name, attempt=1),
-                run_id=run_id,
-            )
-    return call
+    if start:
+        batch.add(
+            *payloads.tool_call_started(tool_call=recorded.id, name=name, attempt=1),
+            run_id=run_id,
+        )
+    return recorded
 
 
 def tool_call_start(

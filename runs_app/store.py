@@ -24,6 +24,7 @@ from goaai.runtime.types import (
     MemoryRecord,
     Message,
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
@@ -33,6 +34,7 @@ from goaai.runtime.types import (
     ToolCallRequest,
     ToolCallState,
     ToolOutcome,
+    TurnRecorded,
     TurnState,
 )
 from goaai.runtime.vocabulary import AwaitingKind, Multitask, RunStatus, ToolCallStatus
@@ -343,7 +345,8 @@ class OrmRunStore:
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> str | None:
+        calls: Sequence[PlannedCall] = (),
+    ) -> TurnRecorded:
         return services.turn_complete(
             turn_id=turn_id,
             text=reply.text,
@@ -357,7 +360,24 @@ class OrmRunStore:
             retries=retries,
             interruption=interruption,
             usage_estimated=usage_estimated,
+            calls=calls,
         )
+
+    def complete_turn_and_run(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> RunInfo:
+        run = services.turn_complete_run(
+            turn_id=turn_id,
+            text=reply.text,
+            usage=reply.usage,
+            latency_ms=latency_ms,
+            model=reply.model,
+            finish_reason=reply.finish_reason,
+            reasoning=reply.reasoning,
+            reasoning_state=[dict(item) for item in reply.reasoning_state],
+            retries=retries,
+        )
+        return RunInfo.of(run)
 
     def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
         services.turn_checkpoint(turn_id=turn_id, text=text)

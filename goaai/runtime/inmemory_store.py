@@ -58,6 +58,7 @@ from goaai.runtime.types import (
     MemoryRecord,
     Message,
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
@@ -67,6 +68,7 @@ from goaai.runtime.types import (
     ToolCallRequest,
     ToolCallState,
     ToolOutcome,
+    TurnRecorded,
     TurnState,
     Usage,
     known_cost,
@@ -812,7 +814,8 @@ class InMemoryRunStore:
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> str | None:
+        calls: Sequence[PlannedCall] = (),
+    ) -> TurnRecorded:
         with self._lock:
             turn = self._turn(turn_id)
             run = self._runs[turn.run_id]
@@ -851,7 +854,28 @@ class InMemoryRunStore:
                 payloads.usage(turn=turn.id, used=used, cost=cost, estimated=usage_estimated),
                 now,
             )
-            return self._cancel_reason(run)
+            cancel = self._cancel_reason(run)
+            ids = tuple(
+                self._new_call(
+                    turn_id,
+                    call.position,
+                    call.request,
+                    requires_approval=call.requires_approval,
+                    start=call.start,
+                )
+                for call in (calls if cancel is None else ())
+            )
+            return TurnRecorded(cancel, ids)
+
+    def complete_turn_and_run(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> RunInfo:
+        with self._lock:
+            run = self._runs[self._turn(turn_id).run_id]
+            if run.status != RunStatus.RUNNING:
+                raise IllegalTransition(run.id, run.status, RunStatus.COMPLETED)
+            self.complete_turn(turn_id=turn_id, reply=reply, latency_ms=latency_ms, retries=retries)
+            return self.finish_run(run_id=run.id, status=RunStatus.COMPLETED, output=reply.text)
 
     def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:
         with self._lock:

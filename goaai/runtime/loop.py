@@ -55,6 +55,7 @@ from goaai.runtime.tools.client import client_tools
 from goaai.runtime.types import (
     Message,
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
@@ -163,6 +164,16 @@ class _Streamed:
     @property
     def text(self) -> str:
         return "".join(self._parts)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A model's reply that asks for tool calls, not recorded yet: it is recorded
+    with the calls, in one step."""
+
+    reply: ModelReply
+    latency_ms: int
+    retries: int
 
 
 class _LeaseLost(Exception):
@@ -498,10 +509,12 @@ class TurnLoop:
                 model=model.name,
                 messages=[m.as_dict() for m in progress.messages],
             )
-            reply_calls = self._ask_model(context, agent, model, specs, progress, turn_id)
-            if isinstance(reply_calls, RunInfo):
-                return reply_calls
-            self._run_calls(context, policy, tools, progress, lease, turn_id, reply_calls, ())
+            answer = self._ask_model(context, agent, model, specs, progress, turn_id)
+            if isinstance(answer, RunInfo):
+                return answer
+            if answer is not None:
+                calls = answer.reply.tool_calls
+                self._run_calls(context, policy, tools, progress, lease, turn_id, calls, (), answer)
 
         raise _Stop(
             RunStatus.FAILED,
@@ -595,10 +608,11 @@ class TurnLoop:
         specs: tuple[ToolSpec, ...],
         progress: _Progress,
         turn_id: UUID,
-    ) -> tuple[ToolCallRequest, ...] | RunInfo:
-        """One model round-trip, retried within the agent's budget: the tool calls
-        the model wants (none when its reply was cut short and it is asked again),
-        or, when it answered, the completed run."""
+    ) -> _Answer | RunInfo | None:
+        """One model round-trip, retried within the agent's budget: the reply that
+        asks for tool calls, not recorded yet; or, when the model answered, the
+        completed run; ``None`` when its reply was cut short (recorded) and it is
+        asked again."""
         self._fit(progress, specs)
         turn_started = self.clock()
         streamed = _Streamed()
@@ -669,19 +683,18 @@ class TurnLoop:
             partial = keep_partial(exc, TurnInterruption.FAILED)
             error = RunError(kind=exc.kind, message=exc.message, retryable=exc.retryable)
             raise _Stop(RunStatus.FAILED, error, output=partial) from exc
-        cancel_reason = self.store.complete_turn(
-            turn_id=turn_id,
-            reply=reply,
-            latency_ms=int((self.clock() - turn_started) * 1000),
-            retries=retries,
-        )
-        progress.saw(cancel_reason)
+        latency_ms = int((self.clock() - turn_started) * 1000)
         if _cut_short(reply.finish_reason, reply.text, reply.tool_calls):
+            recorded = self.store.complete_turn(
+                turn_id=turn_id, reply=reply, latency_ms=latency_ms, retries=retries
+            )
+            progress.saw(recorded.cancel_reason)
             self._told_cut_short(agent, progress, reply.text)
-            return ()
+            return None
         if not reply.tool_calls:
-            return self.store.finish_run(
-                run_id=context.run_id, status=RunStatus.COMPLETED, output=reply.text
+            # The answer: the reply and the run's end are one step.
+            return self.store.complete_turn_and_run(
+                turn_id=turn_id, reply=reply, latency_ms=latency_ms, retries=retries
             )
         progress.messages.append(
             Message(
@@ -691,7 +704,8 @@ class TurnLoop:
                 reasoning_state=reply.reasoning_state,
             )
         )
-        return reply.tool_calls
+        # Recorded with the calls it asks for, in one step (_run_together).
+        return _Answer(reply, latency_ms, retries)
 
     def _complete(
         self,
@@ -755,10 +769,12 @@ class TurnLoop:
         turn_id: UUID,
         requests: tuple[ToolCallRequest, ...],
         recorded: tuple[ToolCallState, ...],
+        answer: _Answer | None = None,
     ) -> None:
         """Run the calls of one reply and tell the model how each went, in its order.
 
-        The calls are recorded in the model's order first. Those that need no person
+        The calls are recorded in the model's order first (with the reply, when it
+        is ``answer``, not recorded yet). Those that need no person
         then run together (at most the agent's ``parallel_tool_calls`` at a time);
         the others (a question, a call waiting for approval, an agent asked, which
         runs in the loop's own thread) follow one by one in the model's order, and
@@ -770,7 +786,7 @@ class TurnLoop:
             for position, request in enumerate(requests)
         ]
         allowed = _within_cap(policy, progress.tool_calls, calls)
-        self._run_together(context, policy, progress, lease, turn_id, calls[:allowed])
+        self._run_together(context, policy, progress, lease, turn_id, calls[:allowed], answer)
         for call in calls:
             request = call.request
             outcome = call.outcome
@@ -821,21 +837,29 @@ class TurnLoop:
         lease: _LeaseKeeper,
         turn_id: UUID,
         calls: list[_Call],
+        answer: _Answer | None,
     ) -> None:
-        """Record the calls not recorded yet, in the model's order, then execute
-        those that need no person, each in a thread of its own, at most
+        """Record the calls not recorded yet, in the model's order (with the reply
+        that asks for them, when it is ``answer``: one step), then execute those
+        that need no person, each in a thread of its own, at most
         ``parallel_tool_calls`` at a time; each one's outcome is set on it. Calls
         queued behind others begin only if the run may still go on; the running
         ones finish (or time out) whatever happens meanwhile."""
         open_calls = [call for call in calls if call.outcome is None]
-        if not open_calls:
-            return
-        self._check_between_steps(context, policy, progress, lease)
         together = _to_run_together(open_calls, progress.parallel_tool_calls)
         at_once = max(1, min(progress.parallel_tool_calls, len(together)))
         starting = {call.position for call in together[:at_once]}
+        if answer is not None:
+            # What the check between steps asks, the step asks itself: a run asked
+            # to stop records the reply and none of its calls.
+            lease.check()
+            self._check_time(policy, progress)
+            self._record_answer(turn_id, answer, open_calls, starting, progress)
+        if not open_calls:
+            return
+        self._check_between_steps(context, policy, progress, lease)
         for call in open_calls:
-            if call.state is None:
+            if call.state is None and call.tool_call_id is None:
                 self._record_call(turn_id, call, start=call.position in starting)
         if at_once == 1:
             # One at a time, in the loop's own thread.
@@ -886,6 +910,39 @@ class TurnLoop:
                 self.store.finish_tool_call(tool_call_id=call.recorded_id, outcome=outcome)
             )
         call.outcome = outcome
+
+    def _record_answer(
+        self,
+        turn_id: UUID,
+        answer: _Answer,
+        calls: list[_Call],
+        starting: set[int],
+        progress: _Progress,
+    ) -> None:
+        """Record the model's reply and the calls of it to record now, as
+        :meth:`_record_call` records each, in one step; or, if the run was asked to
+        stop, the reply alone, and stop."""
+        plans = [
+            PlannedCall(
+                position=call.position,
+                request=call.request,
+                start=not call.waits_for_person and call.position in starting,
+                requires_approval=call.needs_approval,
+            )
+            for call in calls
+        ]
+        recorded = self.store.complete_turn(
+            turn_id=turn_id,
+            reply=answer.reply,
+            latency_ms=answer.latency_ms,
+            retries=answer.retries,
+            calls=plans,
+        )
+        if recorded.cancel_reason is not None:
+            raise _Stop(RunStatus.CANCELED, reason=recorded.cancel_reason)
+        for call, plan, tool_call_id in zip(calls, plans, recorded.tool_call_ids, strict=True):
+            call.tool_call_id, call.started = tool_call_id, plan.start
+        progress.saw(None)
 
     def _record_call(self, turn_id: UUID, call: _Call, *, start: bool) -> None:
         """Record a call the model asked for: waiting for a person (it may need
@@ -1311,6 +1368,9 @@ class TurnLoop:
         reason = view[0] if view is not None else self.store.cancel_requested(context.run_id)
         if reason is not None:
             raise _Stop(RunStatus.CANCELED, reason=reason)
+        self._check_time(policy, progress)
+
+    def _check_time(self, policy: Policy, progress: _Progress) -> None:
         if self.clock() - progress.started > policy.time_budget_seconds:
             raise _Stop(
                 RunStatus.TIMED_OUT,

@@ -17,6 +17,7 @@ from goaai.runtime.types import (
     Branch,
     MemoryRecord,
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
@@ -24,6 +25,7 @@ from goaai.runtime.types import (
     StreamedText,
     ToolCallRequest,
     ToolOutcome,
+    TurnRecorded,
 )
 from goaai.runtime.vocabulary import Multitask
 
@@ -204,7 +206,8 @@ class RunStore(Protocol):
         retries: int = 0,
         interruption: str = "",
         usage_estimated: bool = False,
-    ) -> str | None:
+        calls: Sequence[PlannedCall] = (),
+    ) -> TurnRecorded:
         """Record the model's reply: text, tool calls, why it stopped, its reasoning,
         its usage of each kind and its cost (at the price in force now), after
         ``retries`` retried attempts. A reply that did not finish is the text said
@@ -212,9 +215,20 @@ class RunStore(Protocol):
         (:class:`~goaai.runtime.vocabulary.TurnInterruption`) and
         ``usage_estimated`` whether its usage is (in part) an estimate.
 
-        Returns what :meth:`cancel_requested` would say, as the step found the run
-        when it recorded the reply: the loop's check that follows needs no read
-        of its own."""
+        ``calls``, the calls of the reply to record now, are recorded in the same
+        step, each as :meth:`start_tool_call` or :meth:`schedule_tool_call` would,
+        unless the run was asked to stop (then none is).
+        Returns their ids, and what :meth:`cancel_requested` would say as the step
+        found the run: the loop's check that follows needs no read of its own."""
+        ...
+
+    def complete_turn_and_run(
+        self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> RunInfo:
+        """Record the model's reply, which asks for no tool call, as
+        :meth:`complete_turn` does, and complete the run with its text, as
+        :meth:`finish_run` does, in one step (:class:`IllegalTransition`, and
+        nothing recorded, if the run is not running)."""
         ...
 
     def checkpoint_turn(self, *, turn_id: UUID, text: str) -> None:

@@ -85,6 +85,27 @@ class ToolCallRequest:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=dict(data["arguments"]))
 
 
+class PlannedCall(NamedTuple):
+    """A call of a model's reply recorded in the step that records the reply
+    (:meth:`~goaai.runtime.store.RunStore.complete_turn`): started at once
+    (``start``: nothing to wait for), or scheduled, waiting for a person's approval
+    (``requires_approval``) or for a place among the calls that run together."""
+
+    position: int
+    request: ToolCallRequest
+    start: bool
+    requires_approval: bool = False
+
+
+class TurnRecorded(NamedTuple):
+    """What recording a model's reply found and made: the reason a cancel was
+    asked for (as the step's own transaction found the run; ``None``: none), and
+    the ids of the calls recorded with the reply, in the order given."""
+
+    cancel_reason: str | None
+    tool_call_ids: tuple[UUID, ...] = ()
+
+
 @dataclass(frozen=True)
 class Message:
     """One message of a conversation, in a provider-neutral shape.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -18,11 +19,13 @@ from goaai.runtime.models import get_model_client
 from goaai.runtime.store import RunStore
 from goaai.runtime.types import (
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
     ToolCallRequest,
     ToolOutcome,
+    TurnRecorded,
     Usage,
 )
 from goaai.runtime_settings import runtime_config
@@ -99,11 +102,32 @@ class InMemoryRunStore:
         return turn_id
 
     def complete_turn(
-        self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int, retries: int = 0
-    ) -> str | None:
+        self,
+        *,
+        turn_id: uuid.UUID,
+        reply: ModelReply,
+        latency_ms: int,
+        retries: int = 0,
+        calls: Sequence[PlannedCall] = (),
+    ) -> TurnRecorded:
         self.turns[turn_id]["reply"] = reply
         self.turns[turn_id]["retries"] = retries
-        return self.cancel_requested(self.run_id)
+        ids = tuple(
+            self.schedule_tool_call(
+                turn_id=turn_id,
+                index=call.position,
+                request=call.request,
+                requires_approval=call.requires_approval,
+            )
+            for call in calls
+        )
+        return TurnRecorded(self.cancel_requested(self.run_id), ids)
+
+    def complete_turn_and_run(
+        self, *, turn_id: uuid.UUID, reply: ModelReply, latency_ms: int, retries: int = 0
+    ) -> RunInfo:
+        self.complete_turn(turn_id=turn_id, reply=reply, latency_ms=latency_ms, retries=retries)
+        return self.finish_run(run_id=self.run_id, status="completed", output=reply.text)
 
     def model_retry(
         self,
