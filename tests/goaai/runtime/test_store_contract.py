@@ -42,6 +42,7 @@ from goaai.runtime.types import (
     Branch,
     Message,
     ModelReply,
+    PlannedCall,
     RunContext,
     RunError,
     RunInfo,
@@ -50,6 +51,7 @@ from goaai.runtime.types import (
     ToolCallRequest,
     ToolCallState,
     ToolOutcome,
+    TurnRecorded,
     TurnState,
     Usage,
 )
@@ -1241,6 +1243,114 @@ def test_a_turn_that_only_calls_tools_writes_no_message(h):
     assert h.last(run.session_id, E.TURN_COMPLETED)["tool_calls"] == 2
     (state,) = h.turns(run.id)
     assert (state.response_text, state.response_tool_calls) == ("", calls)
+
+
+def test_a_reply_and_the_calls_it_asks_for_are_recorded_in_one_step(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+    asked = (
+        ToolCallRequest(id="a", name="echo", arguments={"text": "1"}),
+        ToolCallRequest(id="b", name="memory_forget_all", arguments={}),
+        ToolCallRequest(id="c", name="echo", arguments={"text": "3"}),
+    )
+    plans = [
+        PlannedCall(0, asked[0], start=True),
+        PlannedCall(1, asked[1], start=False, requires_approval=True),
+        PlannedCall(2, asked[2], start=False),
+    ]
+
+    recorded = h.store.complete_turn(
+        turn_id=turn, reply=ModelReply(tool_calls=asked), latency_ms=1, calls=plans
+    )
+
+    assert recorded.cancel_reason is None
+    states = [h.call_state(run.id, call) for call in recorded.tool_call_ids]
+    assert [(s.call_id, s.index, s.status, s.attempt) for s in states] == [
+        ("a", 0, ToolCallStatus.RUNNING, 1),
+        ("b", 1, ToolCallStatus.SCHEDULED, 0),
+        ("c", 2, ToolCallStatus.SCHEDULED, 0),
+    ]
+    assert h.types(run.session_id)[-7:] == [
+        E.TURN_COMPLETED,
+        E.USAGE,
+        E.TOOL_CALL_SCHEDULED,
+        E.TOOL_CALL_STARTED,
+        E.TOOL_CALL_SCHEDULED,
+        E.TOOL_CALL_APPROVAL_REQUESTED,
+        E.TOOL_CALL_SCHEDULED,
+    ]
+    assert _ids(h.events(run.session_id)) == list(range(1, len(h.events(run.session_id)) + 1))
+
+
+def test_a_run_asked_to_stop_records_the_reply_and_none_of_its_calls(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+    h.store.request_cancel(run.id, "user_requested")
+    asked = (ToolCallRequest(id="a", name="echo", arguments={"text": "1"}),)
+    logged = len(h.events(run.session_id))
+
+    recorded = h.store.complete_turn(
+        turn_id=turn,
+        reply=ModelReply(tool_calls=asked),
+        latency_ms=1,
+        calls=[PlannedCall(0, asked[0], start=True)],
+    )
+
+    assert recorded == TurnRecorded("user_requested", ())
+    (state,) = h.turns(run.id)
+    assert (state.ended, state.response_tool_calls, state.tool_calls) == (True, asked, ())
+    assert h.types(run.session_id)[logged:] == [E.TURN_COMPLETED, E.USAGE]
+    assert _ids(h.events(run.session_id)) == list(range(1, len(h.events(run.session_id)) + 1))
+
+
+def test_what_a_step_says_of_a_cancel_request_is_what_cancel_requested_says(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+    call = h.store.start_tool_call(turn_id=turn, index=0, request=_call_request())
+    first = h.store.finish_tool_call(tool_call_id=call, outcome=ToolOutcome(result=1))
+    h.store.request_cancel(run.id, "user_requested")
+    second = h.store.complete_turn(turn_id=turn, reply=ModelReply(text="x"), latency_ms=1)
+
+    assert (first, second.cancel_reason) == (None, "user_requested")
+    assert h.store.cancel_requested(run.id) == "user_requested"
+
+
+def test_the_answer_and_the_runs_end_are_one_step(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+
+    ended = h.store.complete_turn_and_run(
+        turn_id=turn, reply=ModelReply(text="Done.", usage=Usage(4, 2)), latency_ms=3
+    )
+
+    assert (ended.status, ended.output, ended.usage.total_tokens) == (
+        RunStatus.COMPLETED,
+        "Done.",
+        6,
+    )
+    assert h.store.get_run(run.id) == ended
+    assert h.types(run.session_id)[-4:] == [
+        E.TURN_COMPLETED,
+        E.MESSAGE_COMPLETED,
+        E.USAGE,
+        E.RUN_COMPLETED,
+    ]
+    (state,) = h.turns(run.id)
+    assert (state.ended, state.response_text) == (True, "Done.")
+
+
+def test_an_answer_for_a_run_that_is_not_running_records_nothing(h):
+    run = h.claimed()
+    turn = h.turn(run.id)
+    h.store.finish_run(run_id=run.id, status=RunStatus.FAILED)
+    logged = h.events(run.session_id)
+
+    with pytest.raises(IllegalTransition):
+        h.store.complete_turn_and_run(turn_id=turn, reply=ModelReply(text="late"), latency_ms=1)
+
+    assert h.events(run.session_id) == logged
+    (state,) = h.turns(run.id)
+    assert state.response_text == ""
 
 
 def test_a_turn_index_is_used_once_per_run(h):
