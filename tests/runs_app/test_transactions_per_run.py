@@ -28,9 +28,7 @@ CALCULATE = "calculate 2 * (3 + 4)"
 TRANSACTIONS = {REMEMBER: 8, RECALL: 8, CALCULATE: 7}
 STATEMENTS = {
     "sqlite": {REMEMBER: 58, RECALL: 55, CALCULATE: 51},
-    # The two databases' statements differ in places (how a step reads the row it
-    # locks, goaai.sql.reserve_event_numbers; how a new session's first event is
-    # numbered).
+    # Django writes some statements differently for each database: each is pinned.
     "postgresql": {REMEMBER: 55, RECALL: 52, CALCULATE: 48},
 }
 
