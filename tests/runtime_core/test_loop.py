@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from goaai.runtime import loop
 from goaai.runtime.agents import Agent, AgentRegistry
 from goaai.runtime.conversation import ConversationSettings
 from goaai.runtime.errors import ModelError
@@ -408,6 +409,55 @@ def test_a_cancel_requested_during_a_turn_stops_the_run_before_its_tool_call(tes
     ]
     # Nobody was named: who stopped it is not known.
     assert canceled == [{"reason": "user_requested", "stopped_by": None}]
+
+
+def test_what_a_step_saw_of_a_cancel_serves_the_next_check_once_and_only_while_fresh(
+    monkeypatch,
+):
+    """A check right after a step takes what the step found in its own transaction;
+    a second check, or one that comes after something slow, reads again."""
+    now = [100.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
+    progress = loop._Progress(started=0.0)
+
+    progress.saw(None)
+    assert progress.fresh_view() == (None,)
+    assert progress.fresh_view() is None
+
+    progress.saw("user_requested")
+    now[0] += loop.SEEN_FRESH_SECONDS / 2
+    assert progress.fresh_view() == ("user_requested",)
+
+    progress.saw(None)
+    now[0] += loop.SEEN_FRESH_SECONDS * 2
+    assert progress.fresh_view() is None
+
+
+def test_a_cancel_after_the_last_steps_view_is_read_by_the_next_check(tester, monkeypatch):
+    """The check before the second turn comes too late for what the tool call's end
+    saw (as after a slow moment): it reads, and finds the cancel asked for since."""
+    run_id = tester.start()
+
+    def script(request: ModelRequest, n: int) -> ModelReply:
+        return call("echo", text="x") if n == 0 else say("never said")
+
+    real_saw = loop._Progress.saw
+    views: list[str | None] = []
+
+    def saw(self, reason):
+        real_saw(self, reason)
+        views.append(reason)
+        if len(views) == 3:  # the claim, the reply with its call, the call's end
+            tester.store.request_cancel(run_id, "user_requested")
+            self.seen = (reason, self.seen[1] - 2 * loop.SEEN_FRESH_SECONDS)
+
+    monkeypatch.setattr(loop._Progress, "saw", saw)
+    info = tester.loop(FakeModel(script)).execute(run_id)
+
+    assert views == [None, None, None]
+    assert info.status == RunStatus.CANCELED
+    (turn,) = tester.store.turns(run_id)
+    assert [c.status for c in turn.tool_calls] == [ToolCallStatus.SUCCEEDED]
 
 
 # What the model is told when a call goes wrong
