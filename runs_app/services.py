@@ -120,6 +120,15 @@ def session_head(session_id: UUID) -> UUID | None:
     )
 
 
+def _branch_of_new_run(session_id: UUID, branch: Branch | None, *, linked: bool) -> Branch:
+    """Where a new run continues from: nowhere for a run called as a tool, else
+    ``branch``, by default the session's head (read under the session's lock: two
+    messages racing each continue from the run created before them)."""
+    if linked:
+        return Branch(previous_run_id=None)
+    return branch or Branch(previous_run_id=session_head(session_id))
+
+
 def run_create(
     *,
     session_id: UUID,
@@ -139,8 +148,14 @@ def run_create(
     multitask: str = Multitask.ENQUEUE,
     client_tools: Sequence[dict[str, Any]] = (),
     instructions: str = "",
+    queued: bool = False,
 ) -> Run:
     """Create a pending run in an active session (:class:`SessionEnded` otherwise).
+
+    ``queued``: the run goes on the distributed queue once committed; unless it is
+    queued behind another run of the session, it is recorded as put there
+    (``queued_at``, as :func:`runs_app.tasks.run_mark_queued` records it) in this
+    step.
 
     ``client_tools`` and ``instructions`` are what an OpenAI-compatible caller gave
     the run beside its message (tools it executes itself, its system messages).
@@ -168,12 +183,7 @@ def run_create(
         if ahead and multitask == Multitask.REJECT:
             _refuse_beside(session_id, ahead[-1], idempotency_key)
         agent_version = None if definition is None else agents.version_for(definition)
-        if linked:
-            branch = Branch(previous_run_id=None)
-        elif branch is None:
-            # Read under the session's lock: two messages racing each continue
-            # from the run created before them.
-            branch = Branch(previous_run_id=session_head(session_id))
+        branch = _branch_of_new_run(session_id, branch, linked=linked)
         run = Run(
             previous_run_id=branch.previous_run_id,
             retry_of_id=branch.retry_of_id,
@@ -204,6 +214,11 @@ def run_create(
             raise DuplicateIdempotencyKey(
                 f"Session {session_id} already has a run with idempotency key {idempotency_key!r}."
             ) from exc
+        if queued and not ahead:
+            # Not before its last change (selectors.not_on_queue): the time the
+            # insert gave updated_at.
+            sql.update(Run, run.id, {"queued_at": run.updated_at})
+            run.queued_at = run.updated_at
         batch.add(
             *payloads.run_created(
                 agent=agent,

@@ -165,10 +165,12 @@ class OrmRunStore:
         branch: Branch | None = None,
         client_tools: Sequence[dict[str, Any]] = (),
         instructions: str = "",
+        queued: bool = False,
     ) -> RunInfo:
         run = services.run_create(
             client_tools=client_tools,
             instructions=instructions,
+            queued=queued,
             branch=branch,
             definition=definition,
             session_id=session_id,

@@ -95,10 +95,16 @@ class CeleryExecutor:
         ):
             logger.debug("Run %s is queued or held already; not queued again", run_id)
             return
+        self.send(run_id, now)
+
+    def send(self, run_id: UUID, queued_at: dt.datetime) -> None:
+        """Put a run recorded as queued at ``queued_at`` on the queue (a new run,
+        recorded so when it was created); :class:`QueueUnavailable`, and the record
+        undone, if the broker cannot be reached."""
         try:
             self.app.send_task(TASK_NAME, args=[str(run_id)])
         except BROKER_ERRORS as exc:
-            run_unmark_queued(run_id=run_id, queued_at=now)
+            run_unmark_queued(run_id=run_id, queued_at=queued_at)
             raise QueueUnavailable(run_id) from exc
 
     def wait(self, run_id: UUID, timeout: float) -> bool:

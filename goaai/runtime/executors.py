@@ -12,12 +12,13 @@ worker holds (the worker died and its lease expired) and submits them again.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 from goaai.runtime.types import RunInfo
@@ -37,6 +38,18 @@ class Executor(Protocol):
         out): the run as executing it left it (ended, or waiting for a person) when
         the executor has it, so that the caller need not read it again; else whether
         it held the run."""
+        ...
+
+
+@runtime_checkable
+class QueueingExecutor(Executor, Protocol):
+    """An executor that puts runs on a distributed queue and records when it did
+    (so that no other process queues them again meanwhile): a new run is recorded
+    as queued when it is created (``RunStore.create_run(queued=True)``) and then
+    only sent."""
+
+    def send(self, run_id: UUID, queued_at: dt.datetime) -> None:
+        """Put a run recorded as queued at ``queued_at`` on the queue."""
         ...
 
 

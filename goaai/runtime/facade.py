@@ -23,7 +23,13 @@ from goaai.runtime.agents import Agent, AgentRegistry, AgentSource, default_regi
 from goaai.runtime.config import RuntimeConfig
 from goaai.runtime.endings import PROCESS_ENDED
 from goaai.runtime.errors import NotFound, NotRedoable
-from goaai.runtime.executors import Executor, InlineExecutor, Reaper, ThreadExecutor
+from goaai.runtime.executors import (
+    Executor,
+    InlineExecutor,
+    QueueingExecutor,
+    Reaper,
+    ThreadExecutor,
+)
 from goaai.runtime.inmemory_store import InMemoryRunStore
 from goaai.runtime.limits import LocalLimits, ModelLimits
 from goaai.runtime.loop import TurnLoop
@@ -399,7 +405,9 @@ class Runtime:
         spec = self.agents.get(agent)
         labels = {str(k): str(v) for k, v in (labels or {}).items()}
         policy, decisions = self.policy_for(spec, labels)
+        executor = self.executor
         run = self.store.create_run(
+            queued=isinstance(executor, QueueingExecutor),
             definition=spec.as_dict(),
             session_id=_uuid(session),
             agent=agent,
@@ -416,7 +424,11 @@ class Runtime:
             client_tools=[dict(tool) for tool in client_tools],
             instructions=instructions,
         )
-        if run.queued_behind is None:
+        queued_at = run.queued_at
+        if isinstance(executor, QueueingExecutor) and queued_at is not None:
+            # Recorded as queued with the run: only sent once it is committed.
+            self.store.after_commit(lambda: executor.send(run.id, queued_at))
+        elif run.queued_behind is None:
             # A queued run is handed over when the run before it ends.
             self._submit_after_commit(run.id)
         return RunHandle(run_id=run.id, runtime=self)

@@ -521,6 +521,7 @@ class InMemoryRunStore:
         multitask: str = Multitask.ENQUEUE,
         client_tools: Sequence[dict[str, Any]] = (),
         instructions: str = "",
+        queued: bool = False,
     ) -> RunInfo:
         """A pending run (:class:`SessionEnded` if the session has ended,
         :class:`DuplicateIdempotencyKey` if the key was used in the session),

@@ -59,8 +59,14 @@ class RunStore(Protocol):
         branch: Branch | None = None,
         client_tools: Sequence[dict[str, Any]] = (),
         instructions: str = "",
+        queued: bool = False,
     ) -> RunInfo:
-        """A pending run. ``client_tools`` and ``instructions`` are what its caller
+        """A pending run. ``queued``: it goes on a distributed queue as soon as it
+        is committed, and is recorded as put there in the same step
+        (:attr:`RunInfo.queued_at`; a store that keeps no such record ignores it),
+        unless it waits behind another run.
+
+        ``client_tools`` and ``instructions`` are what its caller
         gave it beside its message (see :attr:`RunContext.client_tools`), kept on
         the run and in its context whenever it is executed. ``definition`` is the agent as it is now
         (:meth:`~goaai.runtime.agents.Agent.as_dict`): the run records that version

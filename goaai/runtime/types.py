@@ -251,6 +251,9 @@ class RunInfo:
     # state: two reads of one run compare equal whichever step made them.
     next_run_known: bool = field(default=False, compare=False)
     next_run_id: UUID | None = field(default=None, compare=False)
+    # When it was last put on a distributed queue, if its store records that (see
+    # RunStore.create_run's ``queued``).
+    queued_at: dt.datetime | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, run: Any, copy: Copy = _same) -> RunInfo:
@@ -283,6 +286,7 @@ class RunInfo:
             edit_of_id=run.edit_of_id,
             next_run_known=hasattr(run, "next_queued_id"),
             next_run_id=getattr(run, "next_queued_id", None),
+            queued_at=getattr(run, "queued_at", None),
         )
 
 

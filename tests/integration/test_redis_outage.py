@@ -42,6 +42,7 @@ from tests.integration.celery_support import (
     stop_worker,
     wait_for,
 )
+from tests.statement_tally import tallying
 
 QUEUE = "celery"  # the Redis list Celery's default queue is
 
@@ -150,6 +151,23 @@ def _age(run: Run, seconds: float, *fields: str) -> None:
     Run.objects.filter(pk=run.pk).update(
         **{name: getattr(run, name) - dt.timedelta(seconds=seconds) for name in names}
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_run_is_recorded_as_queued_in_the_step_that_creates_it(
+    redis_server: RedisServer, celery_runtime: Celery, owner
+):
+    queue = redis_server.client()
+    session = SessionFactory(owner=owner)
+
+    with tallying() as tally:
+        run_id = rt.start("assistant", "hello", session=session.pk).run_id
+
+    run = Run.objects.get(pk=run_id)
+    assert run.queued_at is not None
+    assert run.queued_at == run.updated_at
+    assert queue.llen(QUEUE) == 1
+    assert tally.transactions == 1
 
 
 @pytest.mark.django_db(transaction=True)
