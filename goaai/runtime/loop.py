@@ -1,7 +1,10 @@
 """The turn loop: ask the model, run the tools it asks for, repeat until it answers.
 
 Every step is committed through the store before the next one begins, and the loop
-looks for a cancel request and the policy's caps between steps. The loop keeps no
+looks for a cancel request and the policy's caps between steps. A step writes what
+belongs together: a model's reply with the calls it asks for, the final answer with
+the run's end; and it tells whether the run was asked to stop, as its transaction
+found it, which the check that follows at once takes instead of a read. The loop keeps no
 state that is not also in the store: when it starts, it rebuilds the conversation
 from what the run recorded, so the same code starts a new run, continues one after
 a person answered, and takes over one whose worker died.
