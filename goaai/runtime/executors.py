@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
@@ -53,28 +52,24 @@ class QueueingExecutor(Executor, Protocol):
         ...
 
 
-# How many executed runs an inline executor keeps for a wait that may follow.
-INLINE_RESULTS_KEPT = 64
-
-
 class InlineExecutor:
     def __init__(self, job: Job) -> None:
         self.job = job
-        self._results: OrderedDict[UUID, RunInfo] = OrderedDict()
-        self._lock = threading.Lock()
+        # What the last run this thread submitted came to, until taken.
+        self._last = threading.local()
 
     def submit(self, run_id: UUID) -> None:
-        result = self.job(run_id)
-        if isinstance(result, RunInfo):
-            with self._lock:
-                self._results[run_id] = result
-                while len(self._results) > INLINE_RESULTS_KEPT:
-                    self._results.popitem(last=False)
+        self._last.result = self.job(run_id)
 
     def wait(self, run_id: UUID, timeout: float) -> RunInfo | bool:
         # The run was executed when it was submitted.
-        with self._lock:
-            return self._results.pop(run_id, False)
+        return False
+
+    def executed(self, run_id: UUID) -> RunInfo | None:
+        """The run as executing it left it, if it is the last run this thread
+        submitted (``rt.run`` right after starting it); once."""
+        result, self._last.result = getattr(self._last, "result", None), None
+        return result if isinstance(result, RunInfo) and result.id == run_id else None
 
 
 class ThreadExecutor:

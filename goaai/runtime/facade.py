@@ -536,6 +536,12 @@ class Runtime:
         handle = self.start(
             agent, prompt, session=session, labels=labels, metadata=metadata, multitask=multitask
         )
+        executor = self.executor
+        if isinstance(executor, InlineExecutor):
+            # Executed as it started: as its worker left it, without reading it.
+            done = executor.executed(handle.run_id)
+            if done is not None and done.status in _SETTLED:
+                return done
         return handle.wait(timeout=timeout)
 
     def wait(self, run_id: Any, timeout: float | None = None) -> RunInfo:
