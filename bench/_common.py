@@ -335,3 +335,28 @@ def run_each_database(script: str, args: argparse.Namespace, extra: list[str]) -
             check=True,
         )
     return True
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Stop a process of the benchmark's: politely, then for good."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_for_celery_worker(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """Until a Celery worker the benchmark started answers a ping (Django is set
+    up in this process, with the worker's broker)."""
+    from goaai.celery import app
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited:\n{log.read_text()[-3000:]}")
+        if app.control.ping(timeout=1.0):
+            return
+    raise RuntimeError("the worker did not answer within 90 s")

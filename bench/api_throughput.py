@@ -33,6 +33,7 @@ from _common import (
     fresh_database,
     private_redis,
     run_each_database,
+    stop_process,
 )
 from _common import server_environment as common_environment
 
@@ -158,13 +159,7 @@ def wait_ready(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process, timeout=15)
 
 
 # HTTP for the set-up and the checks

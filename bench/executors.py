@@ -32,7 +32,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_POSTGRES, ROOT, fresh_database, private_redis, server_environment
+from _common import (
+    DEFAULT_POSTGRES,
+    ROOT,
+    fresh_database,
+    private_redis,
+    server_environment,
+    stop_process,
+    wait_for_celery_worker,
+)
 
 PROMPT = "calculate 2 * (3 + 4)"
 WARM_UP_RUNS = 20
@@ -68,28 +76,6 @@ def start_worker(env: dict[str, str], concurrency: int, log: Path) -> subprocess
     command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
-
-
-def wait_for_worker(worker: subprocess.Popen[bytes], log: Path) -> None:
-    from goaai.celery import app
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"the worker exited:\n{log.read_text()[-3000:]}")
-        if app.control.ping(timeout=1.0):
-            return
-    raise RuntimeError("the worker did not answer within 90 s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def runs_per_second(mode: str, runs: int, user: Any) -> float:
@@ -135,7 +121,7 @@ def main() -> None:
         log = Path(folder) / "worker.log"
         worker = start_worker(server_environment(url, **env), args.concurrency, log)
         try:
-            wait_for_worker(worker, log)
+            wait_for_celery_worker(worker, log)
             for mode in ("thread", "celery"):
                 runs_per_second(mode, WARM_UP_RUNS, user)
             figures: dict[str, list[float]] = {"thread": [], "celery": []}
@@ -149,7 +135,7 @@ def main() -> None:
                     flush=True,
                 )
         finally:
-            stop(worker)
+            stop_process(worker)
     thread, celery = (statistics.median(figures[mode]) for mode in ("thread", "celery"))
     print(
         f"\n{args.runs} runs a round, concurrency {args.concurrency}, medians of {args.rounds}:"

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_POSTGRES, ROOT, fresh_database, private_redis
+from _common import (
+    DEFAULT_POSTGRES,
+    ROOT,
+    fresh_database,
+    private_redis,
+    stop_process,
+    wait_for_celery_worker,
+)
 from _counting import Counter, Tally, quiet
 
 PROMPTS = (
@@ -179,28 +186,6 @@ def start_worker(url: str, redis_url: str, log: Path) -> subprocess.Popen[bytes]
     command += ["--concurrency", "2", "--without-gossip", "--without-mingle"]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
-
-
-def wait_for_worker(worker: subprocess.Popen[bytes], log: Path) -> None:
-    from goaai.celery import app
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"the worker exited:\n{log.read_text()[-3000:]}")
-        if app.control.ping(timeout=1.0):
-            return
-    raise RuntimeError("the worker did not answer within 90 s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def worker_tally(redis_url: str) -> Tally:
@@ -392,14 +377,14 @@ def measure_part(args: argparse.Namespace, url: str, folder: Path) -> list[Row]:
     log = folder / "worker.log"
     worker = start_worker(url, args.redis, log)
     try:
-        wait_for_worker(worker, log)
+        wait_for_celery_worker(worker, log)
         return part.mode("celery")
     except Exception:
         print(f"worker log (end):\n{log.read_text()[-3000:]}", file=sys.stderr)
         raise
     finally:
         part.close()
-        stop(worker)
+        stop_process(worker)
 
 
 def run_part(args: argparse.Namespace) -> None:
