@@ -39,6 +39,7 @@ from goaai.runtime.tools.client import awaited_outputs
 from goaai.runtime.types import (
     USAGE_KINDS,
     Branch,
+    ModelReply,
     PlannedCall,
     ToolCallRequest,
     TurnRecorded,
@@ -50,7 +51,6 @@ from goaai.runtime.vocabulary import (
     OPEN_TOOL_CALL_STATUSES,
     AwaitingKind,
     ErrorKind,
-    FinishReason,
     Multitask,
     RunStatus,
     SessionStatus,
@@ -932,117 +932,66 @@ def _turn(batch: EventBatch) -> _TurnOf:
     return _TurnOf(run_id, batch.session_id, position, model)
 
 
-class _Reply(NamedTuple):
-    """A model's reply to a turn, as :func:`turn_complete` records it."""
-
-    text: str
-    tool_calls: list[dict[str, Any]]
-    usage: Usage
-    latency_ms: int
-    model: str
-    finish_reason: str
-    reasoning: str
-    reasoning_state: list[dict[str, Any]]
-    retries: int
-    interruption: str
-    usage_estimated: bool
-
-    @property
-    def said(self) -> bool:
-        return payloads.is_message(self.text, self.interruption)
-
-    @property
-    def events(self) -> int:
-        return 3 if self.said else 2
-
-
 def turn_complete(
     *,
     turn_id: UUID,
-    text: str,
-    tool_calls: list[dict[str, Any]],
-    usage: Usage,
+    reply: ModelReply,
     latency_ms: int,
-    model: str = "",
-    finish_reason: str = FinishReason.STOP,
-    reasoning: str = "",
-    reasoning_state: list[dict[str, Any]] | None = None,
     retries: int = 0,
     interruption: str = "",
     usage_estimated: bool = False,
     calls: Sequence[PlannedCall] = (),
 ) -> TurnRecorded:
-    """Record the model's reply to a turn, and add its token usage and its cost (at
-    the price in force now, see :mod:`runs_app.pricing`) to the run's. A reply cut
-    short (stopped, failed or lost mid-answer) is the text said until then, with
-    ``interruption`` saying how it ended and ``usage_estimated`` whether its usage
-    is (in part) an estimate. ``calls`` of the reply are recorded in the same step,
-    as :func:`tool_call_schedule` records one, unless the run was asked to stop
-    (then none is). Returns their ids and the reason a cancel was asked for, as the
-    step's transaction found the run (:func:`selectors.run_cancel_reason`)."""
-    reply = _Reply(
-        text,
-        tool_calls,
-        usage,
-        latency_ms,
-        model,
-        finish_reason,
-        reasoning,
-        reasoning_state or [],
-        retries,
-        interruption,
-        usage_estimated,
-    )
-    expect = reply.events + sum(_call_events(call) for call in calls)
+    """Record the model's reply to a turn (its text, tool calls, why it stopped, its
+    reasoning), and add its token usage and its cost (at the price in force now, see
+    :mod:`runs_app.pricing`) to the run's. A reply cut short (stopped, failed or
+    lost mid-answer) is the text said until then, with ``interruption`` saying how
+    it ended and ``usage_estimated`` whether its usage is (in part) an estimate.
+    ``calls`` of the reply are recorded in the same step, as
+    :func:`tool_call_schedule` records one, unless the run was asked to stop (then
+    none is). Returns their ids and the reason a cancel was asked for, as the step's
+    transaction found the run (:func:`selectors.run_cancel_reason`)."""
+    said = payloads.is_message(reply.text, interruption)
+    expect = (3 if said else 2) + sum(_call_events(call) for call in calls)
     with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
         turn = _turn(batch)
-        _turn_reply(batch, turn_id, turn, reply)
+        _turn_reply(batch, turn_id, turn, reply, latency_ms, retries, interruption, usage_estimated)
         cancel = selectors.run_cancel_reason(run_id=turn.run_id)
         if cancel is not None:
             calls = ()
         ids = tuple(_tool_call_record(batch, turn_id, turn, call).id for call in calls)
-    _observe_latency(reply, turn)
+    if interruption != TurnInterruption.CRASHED:
+        # A turn lost with its worker has no latency that was measured.
+        observe_model_latency(model=reply.model or turn.model, latency_ms=latency_ms)
     return TurnRecorded(cancel, ids)
 
 
 def turn_complete_run(
-    *,
-    turn_id: UUID,
-    text: str,
-    usage: Usage,
-    latency_ms: int,
-    model: str = "",
-    finish_reason: str = FinishReason.STOP,
-    reasoning: str = "",
-    reasoning_state: list[dict[str, Any]] | None = None,
-    retries: int = 0,
+    *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
 ) -> Run:
     """Record the model's reply to a turn, which asks for no tool call, as
     :func:`turn_complete` does, and complete the run with its text, as
     :func:`run_complete` does: one step (:class:`IllegalTransition`, and nothing
     recorded, if the run is not running)."""
-    reply = _Reply(
-        text,
-        [],
-        usage,
-        latency_ms,
-        model,
-        finish_reason,
-        reasoning,
-        reasoning_state or [],
-        retries,
-        "",
-        False,
-    )
-    with recording(turn_id, of=Turn, expect=reply.events + 1, read=_TURN_READ) as batch:
+    expect = (3 if payloads.is_message(reply.text, "") else 2) + 1
+    with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
         turn = _turn(batch)
-        _turn_reply(batch, turn_id, turn, reply)
-        run = _run_end(batch, turn.run_id, RunStatus.COMPLETED, output=text)
-    _observe_latency(reply, turn)
+        _turn_reply(batch, turn_id, turn, reply, latency_ms, retries, "", False)
+        run = _run_end(batch, turn.run_id, RunStatus.COMPLETED, output=reply.text)
+    observe_model_latency(model=reply.model or turn.model, latency_ms=latency_ms)
     return run
 
 
-def _turn_reply(batch: EventBatch, turn_id: UUID, turn: _TurnOf, reply: _Reply) -> None:
+def _turn_reply(
+    batch: EventBatch,
+    turn_id: UUID,
+    turn: _TurnOf,
+    reply: ModelReply,
+    latency_ms: int,
+    retries: int,
+    interruption: str,
+    usage_estimated: bool,
+) -> None:
     """Record ``reply`` on the turn and its usage and cost on the run, in ``batch``'s
     step."""
     run_id, usage = turn.run_id, reply.usage
@@ -1052,21 +1001,21 @@ def _turn_reply(batch: EventBatch, turn_id: UUID, turn: _TurnOf, reply: _Reply) 
         turn_id,
         {
             "response_text": reply.text,
-            "response_tool_calls": reply.tool_calls,
+            "response_tool_calls": [call.as_dict() for call in reply.tool_calls],
             "response_model": reply.model,
             "finish_reason": reply.finish_reason,
             "reasoning": reply.reasoning,
-            "reasoning_state": reply.reasoning_state,
+            "reasoning_state": [dict(item) for item in reply.reasoning_state],
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "cached_input_tokens": usage.cached_input_tokens,
             "cache_write_tokens": usage.cache_write_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
             "cost": cost,
-            "retries": reply.retries,
-            "latency_ms": reply.latency_ms,
-            "interruption": reply.interruption,
-            "usage_estimated": reply.usage_estimated,
+            "retries": retries,
+            "latency_ms": latency_ms,
+            "interruption": interruption,
+            "usage_estimated": usage_estimated,
             "ended_at": batch.now,
         },
     )
@@ -1076,25 +1025,19 @@ def _turn_reply(batch: EventBatch, turn_id: UUID, turn: _TurnOf, reply: _Reply) 
             turn=turn_id,
             index=turn.position,
             tool_calls=len(reply.tool_calls),
-            latency_ms=reply.latency_ms,
+            latency_ms=latency_ms,
             finish_reason=reply.finish_reason,
-            interruption=reply.interruption,
-            usage_estimated=reply.usage_estimated,
+            interruption=interruption,
+            usage_estimated=usage_estimated,
         ),
         run_id=run_id,
     )
-    if reply.said:
+    if payloads.is_message(reply.text, interruption):
         batch.add(*payloads.message_completed(turn=turn_id, text=reply.text), run_id=run_id)
     batch.add(
-        *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=reply.usage_estimated),
+        *payloads.usage(turn=turn_id, used=usage, cost=cost, estimated=usage_estimated),
         run_id=run_id,
     )
-
-
-def _observe_latency(reply: _Reply, turn: _TurnOf) -> None:
-    if reply.interruption != TurnInterruption.CRASHED:
-        # A turn lost with its worker has no latency that was measured.
-        observe_model_latency(model=reply.model or turn.model, latency_ms=reply.latency_ms)
 
 
 def turn_checkpoint(*, turn_id: UUID, text: str) -> None:

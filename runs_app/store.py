@@ -351,14 +351,8 @@ class OrmRunStore:
     ) -> TurnRecorded:
         return services.turn_complete(
             turn_id=turn_id,
-            text=reply.text,
-            tool_calls=[call.as_dict() for call in reply.tool_calls],
-            usage=reply.usage,
+            reply=reply,
             latency_ms=latency_ms,
-            model=reply.model,
-            finish_reason=reply.finish_reason,
-            reasoning=reply.reasoning,
-            reasoning_state=[dict(item) for item in reply.reasoning_state],
             retries=retries,
             interruption=interruption,
             usage_estimated=usage_estimated,
@@ -369,15 +363,7 @@ class OrmRunStore:
         self, *, turn_id: UUID, reply: ModelReply, latency_ms: int, retries: int = 0
     ) -> RunInfo:
         run = services.turn_complete_run(
-            turn_id=turn_id,
-            text=reply.text,
-            usage=reply.usage,
-            latency_ms=latency_ms,
-            model=reply.model,
-            finish_reason=reply.finish_reason,
-            reasoning=reply.reasoning,
-            reasoning_state=[dict(item) for item in reply.reasoning_state],
-            retries=retries,
+            turn_id=turn_id, reply=reply, latency_ms=latency_ms, retries=retries
         )
         return RunInfo.of(run)
 

@@ -10,7 +10,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from goaai.runtime.types import Usage
+from goaai.runtime.types import ModelReply, Usage
 from goaai.runtime.vocabulary import MemoryScope, RunStatus, ToolCallStatus, WriterKind
 from memory_app.models import MemoryEntry
 from memory_app.services import memory_store
@@ -104,13 +104,18 @@ def recorded_turn(
 ) -> Turn:
     """A turn of ``run`` asking ``model`` (``<profile>:<model>``), started and
     answered as the turn loop records them: the services price it and add it to the
-    run. ``response_model`` is the model the provider says answered; ``reply`` goes
-    to ``turn_complete`` (``text``, ``finish_reason``, ``reasoning``, ``retries``…)."""
+    run. ``response_model`` is the model the provider says answered; ``reply`` is
+    the rest of the reply (``text``, ``finish_reason``, ``reasoning``…) and of
+    ``turn_complete``'s arguments (``retries``, ``latency_ms``…)."""
     turn = services.turn_start(run_id=run.id, index=index, model=model, request_messages=[])
+    recorded = {name: reply.pop(name) for name in ("retries", "latency_ms") if name in reply}
+    recorded.setdefault("latency_ms", 10)
     reply.setdefault("text", f"answer {index}")
-    reply.setdefault("tool_calls", [])
-    reply.setdefault("latency_ms", 10)
-    services.turn_complete(turn_id=turn.id, usage=usage, model=response_model, **reply)
+    services.turn_complete(
+        turn_id=turn.id,
+        reply=ModelReply(usage=usage, model=response_model, **reply),
+        **recorded,
+    )
     return Turn.objects.get(pk=turn.id)
 
 

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from goaai.runtime.types import Usage
+from goaai.runtime.types import ModelReply, Usage
 from runs_app import services
 from runs_app.models import ModelPrice, Run
 from sessions_app.models import RunEvent
@@ -74,13 +74,14 @@ def priced_run(owner, price):
     )
     services.turn_complete(
         turn_id=turn.id,
-        text="The first half of a long answ",
-        tool_calls=[],
-        usage=Usage(1000, 400, 2000, 300, 150),
+        reply=ModelReply(
+            text="The first half of a long answ",
+            usage=Usage(1000, 400, 2000, 300, 150),
+            model="gpt-4.1-2025-04-14",
+            finish_reason="length",
+            reasoning="Weigh the <options> first, then answer.",
+        ),
         latency_ms=900,
-        model="gpt-4.1-2025-04-14",
-        finish_reason="length",
-        reasoning="Weigh the <options> first, then answer.",
         retries=1,
     )
     services.run_complete(run_id=run.id, output="The first half of a long answ")
