@@ -112,10 +112,7 @@ def _reserve_sql(
             f"(SELECT r.session_id FROM {quote(of._meta.db_table)} t "  # noqa: S608
             f"JOIN {quote(run_model._meta.db_table)} r ON r.id = t.run_id WHERE t.id = %s)"
         )
-    columns = "".join(
-        f", (SELECT {quote(column)} FROM {quote(of._meta.db_table)} WHERE id = %s)"  # type: ignore[union-attr]  # noqa: S608
-        for column in _columns(of, read)
-    )
+    columns = "".join(f", {read_one}" for read_one in _subqueries(of, read))
     activity = quote(str(_field(session_model, "last_activity_at").column))
     return _RESERVE.format(sessions=sessions, activity=activity, which=which, read=columns)
 
@@ -136,13 +133,57 @@ def _columns(model: type[models.Model] | None, names: tuple[str, ...]) -> tuple[
     return tuple(str(_field(model, name).column) for name in names)
 
 
+# A field a step reads of the run its row belongs to (a turn's, a tool call's):
+# ``run__<field>``, as a queryset names it.
+_OF_RUN = "run__"
+
+
+def _run_of(model: type[models.Model]) -> type[models.Model]:
+    run_model = model._meta.get_field("run").related_model
+    if not (isinstance(run_model, type) and issubclass(run_model, models.Model)):
+        raise TypeError(f"{model.__name__} belongs to no run.")
+    return run_model
+
+
+def _owner_field(model: type[models.Model], name: str) -> tuple[type[models.Model], str]:
+    """The model whose field ``name`` names (the row's, or its run's), and the
+    field's own name."""
+    if name.startswith(_OF_RUN):
+        return _run_of(model), name.removeprefix(_OF_RUN)
+    return model, name
+
+
+@functools.cache
+def _subqueries(model: type[models.Model] | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    """For each field of ``names``, a subquery that reads it for the row whose id is
+    the statement's next parameter."""
+    if model is None:
+        _columns(model, names)
+        return ()
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    table = quote(model._meta.db_table)
+    found = []
+    for name in names:
+        owner, field = _owner_field(model, name)
+        column = quote(str(_field(owner, field).column))
+        if owner is model:
+            found.append(f"(SELECT {column} FROM {table} WHERE id = %s)")  # noqa: S608
+        else:
+            found.append(
+                f"(SELECT {column} FROM {quote(owner._meta.db_table)} "  # noqa: S608
+                f"WHERE id = (SELECT run_id FROM {table} WHERE id = %s))"
+            )
+    return tuple(found)
+
+
 @functools.cache
 def _converters(model: type[models.Model], names: tuple[str, ...]) -> tuple[Any, ...]:
     """For each column, how to turn what the driver gives back into what the ORM
     would give (SQLite: UUIDs as hex text, datetimes as naive text)."""
     converters: list[Any] = []
     for name in names:
-        field = model._meta.get_field(name)
+        owner, own_name = _owner_field(model, name)
+        field = owner._meta.get_field(own_name)
         target = field.target_field if isinstance(field, models.ForeignKey) else field
         if isinstance(target, models.UUIDField):
             converters.append(uuid_of)
@@ -190,8 +231,9 @@ def reserve_event_numbers(
     to ``now`` (:class:`Reserved`), or ``None`` when there is no such session.
     ``pk`` is the session's, or with ``of`` the id of a row of that model in the
     session (a run, a tool call, a turn): the step then finds its session in the
-    same statement. ``read`` names fields of that row the step needs, read once the
-    session is locked. On SQLite, whose writers are serialized from ``BEGIN
+    same statement. ``read`` names fields of that row the step needs (and, as
+    ``run__<field>``, of the run the row belongs to), read once the session is
+    locked. On SQLite, whose writers are serialized from ``BEGIN
     IMMEDIATE`` on, the same statement reads them, and the step needs no statement
     before its write. On PostgreSQL, a statement's subqueries read the snapshot it
     took before it waited for the lock, so a second statement reads them. Call it
@@ -277,9 +319,19 @@ def read_row(model: type[models.Model], pk: Any, names: tuple[str, ...]) -> tupl
 @functools.cache
 def _read_sql(model: type[models.Model], names: tuple[str, ...]) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    columns = ", ".join(quote(column) for column in _columns(model, names))
+    columns, joined = [], False
+    for name in names:
+        owner, field = _owner_field(model, name)
+        joined |= owner is not model
+        alias = "t" if owner is model else "r"
+        columns.append(f"{alias}.{quote(str(_field(owner, field).column))}")
     pk = quote(str(_primary_key(model).column))
-    return f"SELECT {columns} FROM {_table(model)} WHERE {pk} = %s"  # noqa: S608
+    join = (
+        f" JOIN {_table(_run_of(model))} r ON r.id = t.{quote(str(_field(model, 'run').column))}"
+        if joined
+        else ""
+    )
+    return f"SELECT {', '.join(columns)} FROM {_table(model)} t{join} WHERE t.{pk} = %s"  # noqa: S608
 
 
 def _primary_key(model: type[models.Model]) -> models.Field[Any, Any]:

@@ -54,8 +54,8 @@ _CANCEL_READ = ("cancel_requested_at", "cancel_reason", "status")
 
 def run_cancel_reason(*, run_id: UUID) -> str | None:
     """The reason a cancel was asked for the run (``"run deleted"`` when there is
-    no such run any more), or ``None``: one indexed probe, which a step of the turn
-    loop runs in its own transaction for the loop's next check."""
+    no such run any more), or ``None``: one indexed probe. (The turn loop's steps
+    read the same columns with the statements that lock their session.)"""
     row = sql.read_row(Run, run_id, _CANCEL_READ)
     return "run deleted" if row is None else cancel_reason_of(*row)
 

@@ -925,11 +925,20 @@ class _TurnOf(NamedTuple):
 
 # The fields of a turn its steps read, with the session lock (``recording(read=)``).
 _TURN_READ = ("run_id", "index", "model")
+# What a step that the loop's check for a cancel request follows reads of its
+# row's run, with the same statements (selectors.cancel_reason_of).
+_CANCEL_READ = ("run__cancel_requested_at", "run__cancel_reason", "run__status")
 
 
 def _turn(batch: EventBatch) -> _TurnOf:
-    run_id, position, model = batch.row
+    run_id, position, model = batch.row[: len(_TURN_READ)]
     return _TurnOf(run_id, batch.session_id, position, model)
+
+
+def _cancel_found(batch: EventBatch) -> str | None:
+    """The reason a cancel was asked for the step's run, as ``_CANCEL_READ``, read
+    last, found it (the session locked: no request comes while the step runs)."""
+    return selectors.cancel_reason_of(*batch.row[-len(_CANCEL_READ) :])
 
 
 def turn_complete(
@@ -950,13 +959,14 @@ def turn_complete(
     ``calls`` of the reply are recorded in the same step, as
     :func:`tool_call_schedule` records one, unless the run was asked to stop (then
     none is). Returns their ids and the reason a cancel was asked for, as the step's
-    transaction found the run (:func:`selectors.run_cancel_reason`)."""
+    transaction found the run (:func:`selectors.cancel_reason_of`)."""
     said = payloads.is_message(reply.text, interruption)
     expect = (3 if said else 2) + sum(_call_events(call) for call in calls)
-    with recording(turn_id, of=Turn, expect=expect, read=_TURN_READ) as batch:
+    read = _TURN_READ + _CANCEL_READ
+    with recording(turn_id, of=Turn, expect=expect, read=read) as batch:
         turn = _turn(batch)
         _turn_reply(batch, turn_id, turn, reply, latency_ms, retries, interruption, usage_estimated)
-        cancel = selectors.run_cancel_reason(run_id=turn.run_id)
+        cancel = _cancel_found(batch)
         if cancel is not None:
             calls = ()
         ids = tuple(_tool_call_record(batch, turn_id, turn, call).id for call in calls)
@@ -1197,7 +1207,7 @@ def _tool_call(tool_call_id: UUID) -> _CallOf:
 
 def _locked_call(tool_call_id: UUID, batch: EventBatch) -> _CallOf:
     """The tool call a step changes, as its ``recording(read=_CALL_READ)`` read it."""
-    return _CallOf(tool_call_id, *batch.row)
+    return _CallOf(tool_call_id, *batch.row[: len(_CALL_READ)])
 
 
 def tool_call_begin(*, tool_call_id: UUID) -> int:
@@ -1232,9 +1242,10 @@ def tool_call_finish(
 ) -> str | None:
     """Record how a running tool call ended: its result, or its error. Returns the
     reason a cancel was asked for, as the step's transaction found the call's run
-    (:func:`selectors.run_cancel_reason`)."""
+    (:func:`selectors.cancel_reason_of`)."""
     target = ToolCallStatus.FAILED if error_kind else ToolCallStatus.SUCCEEDED
-    with recording(tool_call_id, of=ToolCall, expect=1, read=_CALL_READ) as batch:
+    read = _CALL_READ + _CANCEL_READ
+    with recording(tool_call_id, of=ToolCall, expect=1, read=read) as batch:
         call = _locked_call(tool_call_id, batch)
         _tool_call_end(
             batch,
@@ -1245,7 +1256,7 @@ def tool_call_finish(
             error_message=error_message,
             only_from=(ToolCallStatus.RUNNING,),
         )
-        return selectors.run_cancel_reason(run_id=call.run_id)
+        return _cancel_found(batch)
 
 
 def _tool_call_decide(
