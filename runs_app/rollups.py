@@ -167,9 +167,27 @@ class Tally:
                 .order_by()
             )
             for *key, calls, ms in groups:
-                sums = self.tools[(span, *key)]
-                sums["calls"] += self.sign * calls
-                sums["duration_ms"] += self.sign * (ms or 0)
+                self._add_calls((span, *key), calls, ms)
+
+    def add_tools_of(self, row: RunRow, run_id: Any) -> None:
+        """The tool calls of one ended run, ``row``: grouped in the database by how
+        they ended; the run's periods and keys are known already."""
+        groups = list(
+            ToolCall.objects.filter(run_id=run_id)
+            .values_list("name", "status", "error_kind")
+            .annotate(calls=Count("*"), ms=Sum("duration_ms"))
+            .order_by()
+        )
+        for span, period in periods_of(row.created_at):
+            for *ended, calls, ms in groups:
+                self._add_calls(
+                    (span, period, row.agent, row.model, row.owner_id, *ended), calls, ms
+                )
+
+    def _add_calls(self, key: tuple[Any, ...], calls: int, ms: int | None) -> None:
+        sums = self.tools[key]
+        sums["calls"] += self.sign * calls
+        sums["duration_ms"] += self.sign * (ms or 0)
 
     def everyone(self) -> dict[tuple[Any, ...], int]:
         """The latency histograms without the owner (every user's runs together)."""
@@ -227,8 +245,9 @@ def run_ended(run: Run, *, owner_id: int) -> None:
     """Count ``run``, which has just ended (in this transaction), with its tool
     calls, all of which have ended too."""
     tally = Tally()
-    tally.add_run(RunRow.of(run, owner_id))
-    tally.add_tools(Run.objects.filter(pk=run.pk))
+    row = RunRow.of(run, owner_id)
+    tally.add_run(row)
+    tally.add_tools_of(row, run.pk)
     _write(tally)
 
 
