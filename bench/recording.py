@@ -5,11 +5,14 @@ statements writing the same rows, one transaction per step.
     .venv/bin/python bench/recording.py [--db sqlite|postgres|both] [--runs R]
         [--turns N] [--calls M]
 
-Each step of the loop is a transaction: the run is created and claimed, each turn
-starts and completes, each tool call starts (scheduled and running) and finishes,
-the run completes; every step writes its rows and its events. The raw baseline executes
-the same statements' worth of rows with the driver and no ORM, no reads and no
-locking. Target: services <= 2.0x raw (one persistence layer).
+Each step of the loop is a transaction, as the loop takes them: the run is
+created; it is claimed; each turn starts; its reply is recorded with the M calls it
+asks for, started; each call ends; a last turn starts and its answer is recorded
+with the run's end (the run's counters and the dashboard's rollups included). Every
+step writes its rows and its events. The raw baseline executes the same rows with
+the driver and no ORM, no reads and no locking, each run in a session of its own
+as the services' run is (a run's claim reads the history of its session). Target:
+services <= 2.0x raw (one persistence layer).
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ ARGUMENTS = {"expression": "2 * (3 + 4)", "padding": "x" * 900}
 RESULT = {"expression": "2 * (3 + 4)", "value": 14, "padding": "y" * 300}
 
 
+def steps(turns: int, calls: int) -> int:
+    """The transactions of one run: created, claimed, each turn's start, reply and
+    calls' ends, the answering turn's start and its answer with the run's end."""
+    return 2 + turns * (2 + calls) + 2
+
+
 def through_services(session_id: uuid.UUID, turns: int, calls: int) -> None:
-    from goaai.runtime.types import ModelReply, ToolCallRequest, ToolOutcome, Usage
+    from goaai.runtime.types import ModelReply, PlannedCall, ToolCallRequest, ToolOutcome, Usage
     from runs_app.store import OrmRunStore
 
     store = OrmRunStore()
@@ -42,15 +51,20 @@ def through_services(session_id: uuid.UUID, turns: int, calls: int) -> None:
             ToolCallRequest(id=f"c{t}-{c}", name="calculator", arguments=ARGUMENTS)
             for c in range(calls)
         )
-        store.complete_turn(
+        recorded = store.complete_turn(
             turn_id=turn_id,
             reply=ModelReply(text="", tool_calls=requests, usage=Usage(100, 20), model="bench"),
             latency_ms=5,
+            calls=[PlannedCall(c, request, start=True) for c, request in enumerate(requests)],
         )
-        for position, request in enumerate(requests):
-            call_id = store.start_tool_call(turn_id=turn_id, index=position, request=request)
+        for call_id in recorded.tool_call_ids:
             store.finish_tool_call(tool_call_id=call_id, outcome=ToolOutcome(result=RESULT))
-    store.finish_run(run_id=run.id, status="completed", output="done")
+    turn_id = store.start_turn(run_id=run.id, index=turns, model="bench", messages=messages)
+    store.complete_turn_and_run(
+        turn_id=turn_id,
+        reply=ModelReply(text="done", usage=Usage(100, 20), model="bench"),
+        latency_ms=5,
+    )
 
 
 class Raw:
@@ -64,6 +78,8 @@ class Raw:
         # Every column of each table with its default, prepared once: the raw rows
         # are the same rows the services write, whatever columns the models gain.
         self.defaults = {table: _column_defaults(model) for table, model in models.items()}
+        # What a run's end adds to the rollups (rollup_statements).
+        self.rollups: list[str] = []
 
     def insert(self, table: str, values: dict[str, object]) -> tuple[str, tuple[object, ...]]:
         """An INSERT of one row of ``table``: ``values`` over the columns' defaults."""
@@ -153,46 +169,17 @@ class Raw:
         for t in range(turns):
             turn_id = uuid.uuid4()
             self.step(
-                [
-                    self.insert(
-                        "runs_app_turn",
-                        {
-                            "id": self._id(turn_id),
-                            "run_id": self._id(run_id),
-                            "index": t,
-                            "model": "bench",
-                            "request_messages": messages,
-                            "started_at": now(),
-                        },
-                    ),
-                    *self.events(session_id, run_id, ["turn.started"], {"index": t}),
-                ]
+                [self._turn(run_id, turn_id, t, messages), *self._started(session_id, run_id, t)]
             )
-            requested = json.dumps(
-                [
-                    {"id": f"c{t}-{c}", "name": "calculator", "arguments": ARGUMENTS}
-                    for c in range(calls)
-                ]
-            )
+            requested = [
+                {"id": f"c{t}-{c}", "name": "calculator", "arguments": ARGUMENTS}
+                for c in range(calls)
+            ]
+            call_ids = [uuid.uuid4() for _ in range(calls)]
             self.step(
                 [
-                    (
-                        "UPDATE runs_app_turn SET response_tool_calls = %s, input_tokens = 100, "
-                        "output_tokens = 20, latency_ms = 5, ended_at = %s WHERE id = %s",
-                        (requested, now(), self._id(turn_id)),
-                    ),
-                    (
-                        "UPDATE runs_app_run SET input_tokens = input_tokens + 100, output_tokens = "
-                        "output_tokens + 20, total_tokens = total_tokens + 120 WHERE id = %s",
-                        (self._id(run_id),),
-                    ),
-                    *self.events(session_id, run_id, ["turn.completed", "usage"], {"index": t}),
-                ]
-            )
-            for c in range(calls):
-                call_id = uuid.uuid4()
-                self.step(
-                    [
+                    *self._reply(run_id, turn_id, requested, ""),
+                    *(
                         self.insert(
                             "runs_app_toolcall",
                             {
@@ -209,15 +196,19 @@ class Raw:
                                 "created_at": now(),
                                 "started_at": now(),
                             },
-                        ),
-                        *self.events(
-                            session_id,
-                            run_id,
-                            ["tool_call.scheduled", "tool_call.started"],
-                            {"arguments": ARGUMENTS},
-                        ),
-                    ]
-                )
+                        )
+                        for c, call_id in enumerate(call_ids)
+                    ),
+                    *self.events(
+                        session_id,
+                        run_id,
+                        ["turn.completed", "usage"]
+                        + ["tool_call.scheduled", "tool_call.started"] * calls,
+                        {"arguments": ARGUMENTS},
+                    ),
+                ]
+            )
+            for call_id in call_ids:
                 self.step(
                     [
                         (
@@ -230,16 +221,76 @@ class Raw:
                         ),
                     ]
                 )
+        turn_id = uuid.uuid4()
         self.step(
             [
+                self._turn(run_id, turn_id, turns, messages),
+                *self._started(session_id, run_id, turns),
+            ]
+        )
+        self.step(
+            [
+                *self._reply(run_id, turn_id, [], "done"),
                 (
                     "UPDATE runs_app_run SET status = 'completed', output = 'done', ended_at = %s "
                     "WHERE id = %s",
                     (now(), self._id(run_id)),
                 ),
-                *self.events(session_id, run_id, ["run.completed"], {"output": "done"}),
+                *((statement, ()) for statement in self.rollups),
+                *self.events(
+                    session_id,
+                    run_id,
+                    ["turn.completed", "message.completed", "usage", "run.completed"],
+                    {"output": "done"},
+                ),
             ]
         )
+
+    def _turn(
+        self, run_id: uuid.UUID, turn_id: uuid.UUID, index: int, messages: str
+    ) -> tuple[str, tuple[object, ...]]:
+        return self.insert(
+            "runs_app_turn",
+            {
+                "id": self._id(turn_id),
+                "run_id": self._id(run_id),
+                "index": index,
+                "model": "bench",
+                "request_messages": messages,
+                "started_at": self._now(),
+            },
+        )
+
+    def _started(self, session_id: uuid.UUID, run_id: uuid.UUID, index: int) -> list:
+        return self.events(session_id, run_id, ["turn.started"], {"index": index})
+
+    def _reply(
+        self, run_id: uuid.UUID, turn_id: uuid.UUID, requested: list, text: str
+    ) -> list[tuple[str, tuple[object, ...]]]:
+        """A turn's reply and its usage added to its run's."""
+        return [
+            (
+                "UPDATE runs_app_turn SET response_text = %s, response_tool_calls = %s, "
+                "input_tokens = 100, output_tokens = 20, latency_ms = 5, ended_at = %s WHERE id = %s",
+                (text, json.dumps(requested), self._now(), self._id(turn_id)),
+            ),
+            (
+                "UPDATE runs_app_run SET input_tokens = input_tokens + 100, output_tokens = "
+                "output_tokens + 20, total_tokens = total_tokens + 120 WHERE id = %s",
+                (self._id(run_id),),
+            ),
+        ]
+
+
+def rollup_statements(session_id: uuid.UUID, turns: int, calls: int) -> list[str]:
+    """The statements with which a run's end adds it to the dashboard's rollups, as
+    the services run them (values in place): the raw path runs them too."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        through_services(session_id, turns, calls)
+    return [query["sql"] for query in captured.captured_queries if "ON CONFLICT" in query["sql"]]
 
 
 def main() -> None:
@@ -258,8 +309,6 @@ def main() -> None:
     from sessions_app.models import Session
 
     owner = get_user_model().objects.create(username="bench")
-    ours = Session.objects.create(owner=owner, agent="assistant")
-    theirs = Session.objects.create(owner=owner, agent="assistant")
     connection.ensure_connection()
     raw_conn = connection.connection
     if args.db == "postgres":
@@ -271,23 +320,36 @@ def main() -> None:
 
     tables = {model._meta.db_table: model for model in (Run, Turn, ToolCall, RunEvent)}
     raw = Raw(args.db, raw_conn, tables)
-    rows = args.runs * (2 + args.turns * (2 + 2 * args.calls) + 1)
+
+    def session() -> uuid.UUID:
+        return Session.objects.create(owner=owner, agent="assistant").id
 
     # Warm up both paths, then alternate them so that drift hits both alike.
-    through_services(ours.id, 1, 1)
-    raw.run(theirs.id, 1, 1)
+    raw.rollups = rollup_statements(session(), args.turns, args.calls)
+    raw.run(session(), args.turns, args.calls)
+    ours, theirs = [], []
     service_time = raw_time = 0.0
     for _ in range(args.runs):
+        ours.append(session())
         start = time.perf_counter()
-        through_services(ours.id, args.turns, args.calls)
+        through_services(ours[-1], args.turns, args.calls)
         service_time += time.perf_counter() - start
+        theirs.append(session())
         start = time.perf_counter()
-        raw.run(theirs.id, args.turns, args.calls)
+        raw.run(theirs[-1], args.turns, args.calls)
         raw_time += time.perf_counter() - start
+    written = [
+        RunEvent.objects.filter(session_id__in=sessions).count() for sessions in (ours, theirs)
+    ]
+    if written[0] != written[1]:
+        raise SystemExit(
+            f"The paths wrote {written[0]} and {written[1]} events: not the same rows."
+        )
 
+    rows = args.runs * steps(args.turns, args.calls)
     print(
         f"\n== recording, {args.db}: {args.runs} runs x {args.turns} turns x {args.calls} tool calls "
-        f"({rows} transactions per path) =="
+        f"({rows} transactions and {written[0]} events per path) =="
     )
     print(f"services  {service_time:7.3f} s  {service_time / rows * 1e6:8.1f} us per step")
     print(f"raw       {raw_time:7.3f} s  {raw_time / rows * 1e6:8.1f} us per step")
