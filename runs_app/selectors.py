@@ -309,16 +309,17 @@ def with_queue(runs: QuerySet[Run]) -> QuerySet[Run]:
     )
 
 
-def run_queued_behind(*, run_id: UUID) -> UUID | None:
-    """The run ``run_id`` waits for (see :func:`with_queue`), or ``None``; in one
-    query (for any run but a pending top-level one, the subqueries find nothing)."""
-    waiting = Run.objects.filter(pk=run_id, status=RunStatus.PENDING, parent_run__isnull=True)
+def run_queued_behind(run: Run) -> UUID | None:
+    """The run ``run`` (as read) waits for (see :func:`with_queue`), or ``None``:
+    only a top-level run that has not started waits; for one, one query."""
+    if run.status != RunStatus.PENDING or run.parent_run_id is not None:
+        return None
     found: UUID | None = (
         Run.objects.filter(
-            session_id=Subquery(waiting.values("session_id")[:1]),
+            session_id=run.session_id,
             parent_run__isnull=True,
             status__in=OPEN_RUN_STATUSES,
-            created_at__lt=Subquery(waiting.values("created_at")[:1]),
+            created_at__lt=run.created_at,
         )
         .order_by("-created_at")
         .values_list("id", flat=True)

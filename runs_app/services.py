@@ -739,29 +739,27 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     from a dead worker is recorded as ``run.resumed``.
     """
     with recording(run_id, of=Run, expect=1) as batch:
-        if selectors.run_queued_behind(run_id=run_id) is not None:
+        # Read with its session locked: no other step changes it until the commit.
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None:
+            return None
+        if selectors.run_queued_behind(run) is not None:
             # Its mark of being on the distributed queue goes: the hand-off that
             # comes when its turn does must not be taken for a copy of this one.
             Run.objects.filter(pk=run_id, queued_at__isnull=False).update(queued_at=None)
             return None
         now = batch.now
         expires = now + dt.timedelta(seconds=lease_seconds)
-        started = sql.update(
-            Run,
-            run_id,
-            {
-                "status": RunStatus.RUNNING,
-                "started_at": now,
-                "lease_owner": owner,
-                "lease_expires_at": expires,
-                "updated_at": now,
-            },
-            status_in=(RunStatus.PENDING,),
-        )
-        run = Run.objects.filter(pk=run_id).first()
-        if run is None:
-            return None
-        if started:
+        started = {
+            "status": RunStatus.RUNNING,
+            "started_at": now,
+            "lease_owner": owner,
+            "lease_expires_at": expires,
+            "updated_at": now,
+        }
+        if sql.update(Run, run_id, started, status_in=(RunStatus.PENDING,)):
+            for name, value in started.items():
+                setattr(run, name, value)
             batch.add(*payloads.run_started(agent=run.agent, worker=owner), run_id=run_id)
             return Claim(run, True, batch.session_owner_id)
         if run.status != RunStatus.RUNNING or _lease_live(run):

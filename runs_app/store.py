@@ -105,10 +105,7 @@ def _summary_state(summary: HistorySummary | None) -> SummaryState | None:
 def _info(run: Run) -> RunInfo:
     """The run as the runtime sees it, with the run it waits for while it is queued
     (read only for a top-level run that has not started)."""
-    info = RunInfo.of(run)
-    if run.status != RunStatus.PENDING or run.parent_run_id is not None:
-        return info
-    return replace(info, queued_behind=selectors.run_queued_behind(run_id=run.pk))
+    return replace(RunInfo.of(run), queued_behind=selectors.run_queued_behind(run))
 
 
 def _with_memory(context: RunContext) -> RunContext:

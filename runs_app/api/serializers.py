@@ -18,7 +18,6 @@ from goaai.runtime.vocabulary import (
     AwaitingKind,
     FinishReason,
     Multitask,
-    RunStatus,
     StopKind,
     TurnInterruption,
 )
@@ -221,14 +220,12 @@ class RunSerializer(ModelSerializer):
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
     def get_queued_behind(self, run: Run) -> UUID | None:
-        if run.status != RunStatus.PENDING or run.parent_run_id is not None:
-            return None
         # Lists read it with the rows (selectors.with_queue); one run on its own
         # reads it here.
         if hasattr(run, "queued_behind_id"):
             behind: UUID | None = run.queued_behind_id
             return behind
-        return run_queued_behind(run_id=run.pk)
+        return run_queued_behind(run)
 
 
 class ToolCallSerializer(ModelSerializer):
