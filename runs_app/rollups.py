@@ -120,6 +120,28 @@ class RunRow(NamedTuple):
 RUN_FIELDS = tuple("session__owner_id" if name == "owner_id" else name for name in RunRow._fields)
 
 
+class CallGroup(NamedTuple):
+    """Tool calls of a run by how they ended, with their time."""
+
+    name: str
+    status: str
+    error_kind: str
+    calls: int
+    duration_ms: int | None
+
+
+def call_groups(run_id: Any) -> list[CallGroup]:
+    """The tool calls of run ``run_id``, grouped in the database by name, status and
+    error kind."""
+    groups = (
+        ToolCall.objects.filter(run_id=run_id)
+        .values_list("name", "status", "error_kind")
+        .annotate(calls=Count("*"), ms=Sum("duration_ms"))
+        .order_by()
+    )
+    return [CallGroup(*group) for group in groups]
+
+
 class Tally:
     """What some runs add to (or, ``sign=-1``, take from) each rollup row."""
 
@@ -169,15 +191,9 @@ class Tally:
             for *key, calls, ms in groups:
                 self._add_calls((span, *key), calls, ms)
 
-    def add_tools_of(self, row: RunRow, run_id: Any) -> None:
-        """The tool calls of one ended run, ``row``: grouped in the database by how
-        they ended; the run's periods and keys are known already."""
-        groups = list(
-            ToolCall.objects.filter(run_id=run_id)
-            .values_list("name", "status", "error_kind")
-            .annotate(calls=Count("*"), ms=Sum("duration_ms"))
-            .order_by()
-        )
+    def add_tools_of(self, row: RunRow, groups: Iterable[CallGroup]) -> None:
+        """The tool calls of one ended run, ``row``, as :func:`call_groups` found
+        them; the run's periods and keys are known already."""
         for span, period in periods_of(row.created_at):
             for *ended, calls, ms in groups:
                 self._add_calls(
@@ -241,13 +257,14 @@ def _write(tally: Tally) -> None:
             ).delete()
 
 
-def run_ended(run: Run, *, owner_id: int) -> None:
+def run_ended(run: Run, *, owner_id: int, calls: Iterable[CallGroup]) -> None:
     """Count ``run``, which has just ended (in this transaction), with its tool
-    calls, all of which have ended too."""
+    calls, all of which have ended too (``calls``, as :func:`call_groups` reads
+    them)."""
     tally = Tally()
     row = RunRow.of(run, owner_id)
     tally.add_run(row)
-    tally.add_tools_of(row, run.pk)
+    tally.add_tools_of(row, calls)
     _write(tally)
 
 

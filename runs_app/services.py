@@ -338,16 +338,20 @@ def _run_end(batch: EventBatch, run_id: UUID, status: RunStatus, **changes: Any)
         ).values_list("id", flat=True):
             _cancel_or_flag(batch, child_id, reason, kind=kind, by=run.cancel_requested_by_id)
     stopped = payloads.told_stop(status, _stopped_by(run))
-    still_open = ToolCall.objects.filter(run_id=run_id, status__in=OPEN_TOOL_CALL_STATUSES)
-    for row in still_open.values_list(*_CallOf._fields):
-        _tool_call_end(
-            batch,
-            _CallOf(*row),
-            ToolCallStatus.CANCELED,
-            reason=f"the run {status}",
-            stopped=stopped,
-        )
-    rollups.run_ended(run, owner_id=_owner_of(batch, run.session_id))
+    # How its calls ended, for the rollups (read again if some were still open).
+    calls = rollups.call_groups(run_id)
+    if any(group.status in OPEN_TOOL_CALL_STATUSES for group in calls):
+        still_open = ToolCall.objects.filter(run_id=run_id, status__in=OPEN_TOOL_CALL_STATUSES)
+        for row in still_open.values_list(*_CallOf._fields):
+            _tool_call_end(
+                batch,
+                _CallOf(*row),
+                ToolCallStatus.CANCELED,
+                reason=f"the run {status}",
+                stopped=stopped,
+            )
+        calls = rollups.call_groups(run_id)
+    rollups.run_ended(run, owner_id=_owner_of(batch, run.session_id), calls=calls)
     if run.parent_run_id is None:
         run.next_queued_id = selectors.session_next_queued(session_id=run.session_id)
     batch.add(
