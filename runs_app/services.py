@@ -741,8 +741,12 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     starts it before then). A running run that no live worker holds (its lease
     expired, or it was released after an answer) is taken over, and taking over
     from a dead worker is recorded as ``run.resumed``.
+
+    Called inside a transaction (the store's, which reads what the run starts from
+    in it), the claim is part of it: it takes no savepoint, and if it fails, the
+    caller's transaction fails with it.
     """
-    with recording(run_id, of=Run, expect=1) as batch:
+    with recording(run_id, of=Run, expect=1, savepoint=False) as batch:
         # Read with its session locked: no other step changes it until the commit.
         run = Run.objects.filter(pk=run_id).first()
         if run is None:

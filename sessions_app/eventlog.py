@@ -121,7 +121,8 @@ class recording:
     (a run, a turn, a tool call) and the session is that row's, found by the same
     statement, and ``read`` names the fields of that row the step needs, which the
     same statement reads too (``batch.row``). :class:`NotFound` if there is no such
-    session or row.
+    session or row. With ``savepoint=False`` a step inside its caller's transaction
+    takes no savepoint of its own: if it fails, the caller's transaction fails with it.
     """
 
     __slots__ = ("atomic", "batch", "expect", "of", "pk", "read")
@@ -133,12 +134,13 @@ class recording:
         expect: int = 0,
         of: type[models.Model] | None = None,
         read: tuple[str, ...] = (),
+        savepoint: bool = True,
     ) -> None:
         self.pk = pk if type(pk) is UUID else UUID(str(pk))
         self.expect = expect
         self.of = of
         self.read = read
-        self.atomic = transaction.atomic()
+        self.atomic = transaction.atomic(savepoint=savepoint)
 
     def __enter__(self) -> EventBatch:
         self.atomic.__enter__()
