@@ -1,10 +1,12 @@
 """REST API throughput: goaai's endpoints against bare DRF views on the same server.
 
-One daphne server (as ``make run`` starts it) serves goaai's URLs and, under /bare/,
-minimal DRF views of the same shapes (bench/api_urls.py). wrk, a separate process
-written in C, keeps ``--concurrency`` connections busy for ``--seconds`` per round,
-alternating goaai and bare rounds, and counts the answers by status. Printed: req/s
-of each, and goaai / bare (higher is better for goaai), medians of the rounds.
+One ASGI server, daphne (as ``make run`` starts it) or uvicorn, serves goaai's URLs
+and, under /bare/, minimal DRF views of the same shapes (bench/api_urls.py). wrk, a
+separate process written in C, keeps ``--concurrency`` connections busy for
+``--seconds`` per round, alternating goaai and bare rounds, and counts the answers by
+status. Printed, per server: req/s of each and goaai / bare (higher is better for
+goaai), and the 99th percentile of the answers' latency of each and goaai / bare
+(lower is better), medians of the rounds.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Round:
     seconds: float
     statuses: dict[int, int]
     socket_errors: int
+    p99_ms: float
 
     @property
     def rate(self) -> float:
@@ -80,6 +83,12 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per side and operation")
     parser.add_argument("--concurrency", type=int, default=8, help="open connections")
+    parser.add_argument(
+        "--server",
+        choices=["daphne", "uvicorn", "both"],
+        default="both",
+        help="the ASGI server that serves both sides",
+    )
     parser.add_argument(
         "--executor",
         choices=["thread", "celery"],
@@ -132,11 +141,20 @@ def server_environment(url: str, args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def server_command(server: str, port: int) -> list[str]:
+    if server == "daphne":
+        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        return [*command, "-v", "0", "goaai.asgi:application"]
+    # Channels' router speaks no lifespan protocol; access logs off, as daphne's -v 0.
+    command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+    return [*command, "goaai.asgi:application"]
+
+
 def start_server(
     url: str, port: int, log: Path, args: argparse.Namespace
 ) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    command += ["-v", "0", "goaai.asgi:application"]
+    command = server_command(args.server, port)
     with log.open("wb") as out:
         return subprocess.Popen(
             command, cwd=ROOT, env=server_environment(url, args), stdout=out, stderr=out
@@ -230,6 +248,7 @@ def operations() -> list[Operation]:
             [f"/api/v1/sessions/{session}/"],
             [f"/bare/sessions/{session}/"],
         ),
+        Operation("sessions list", "GET", ["/api/v1/sessions/"], ["/bare/sessions/"]),
         Operation("run detail", "GET", [f"/api/v1/runs/{run}/"], [f"/bare/runs/{run}/"]),
         Operation(
             "memory resolve",
@@ -275,8 +294,8 @@ function setup(thread) table.insert(threads, thread) end
 function response(status, headers, body) counts[status] = (counts[status] or 0) + 1 end
 function done(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("%s requests %d %d %d\\n", MARK, summary.requests, summary.duration,
-    e.connect + e.read + e.write + e.timeout))
+  io.write(string.format("%s requests %d %d %d %d\\n", MARK, summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, latency:percentile(99)))
   for _, thread in ipairs(threads) do
     for status, n in pairs(thread:get("counts")) do
       io.write(string.format("%s status %d %d\\n", MARK, status, n))
@@ -305,7 +324,7 @@ def lua_script(operation: Operation, paths: list[str], token: str) -> str:
 
 
 def parse_wrk(output: str) -> Round:
-    requests, micros, errors = 0, 0, 0
+    requests, micros, errors, p99 = 0, 0, 0, 0
     statuses: dict[int, int] = {}
     for line in output.splitlines():
         parts = line.split()
@@ -313,13 +332,14 @@ def parse_wrk(output: str) -> Round:
             continue
         if parts[1] == "requests":
             requests, micros, errors = int(parts[2]), int(parts[3]), int(parts[4])
+            p99 = int(parts[5])
         elif parts[1] == "status":
             statuses[int(parts[2])] = statuses.get(int(parts[2]), 0) + int(parts[3])
     if not micros or sum(statuses.values()) != requests:
         raise RuntimeError(
             f"wrk's summary is missing or its status counts do not add up:\n{output}"
         )
-    return Round(requests, micros / 1e6, statuses, errors)
+    return Round(requests, micros / 1e6, statuses, errors, p99 / 1000)
 
 
 def load(port: int, script: Path, seconds: float, concurrency: int) -> Round:
@@ -350,11 +370,13 @@ def drain(sessions: list[str], limit: float = 300.0) -> float:
 @dataclass
 class Results:
     rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    p99s: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     bad: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     drains: list[float] = field(default_factory=list)
 
     def add(self, operation: Operation, side: str, result: Round) -> None:
         self.rates.setdefault((operation.name, side), []).append(result.rate)
+        self.p99s.setdefault((operation.name, side), []).append(result.p99_ms)
         bad = self.bad.setdefault((operation.name, side), {})
         for code, n in result.statuses.items():
             if code != operation.expect:
@@ -392,10 +414,12 @@ class Bench:
                 for side in sides:
                     measured[side] = self.one(operation, side, self.args.seconds)
                     self.results.add(operation, side, measured[side])
-                ratio = measured["goaai"].rate / measured["bare"].rate
+                goaai, bare = measured["goaai"], measured["bare"]
                 print(
-                    f"  round {number + 1}  {operation.name:15s} goaai {measured['goaai'].rate:8.1f}"
-                    f"  bare {measured['bare'].rate:8.1f} req/s  {ratio:5.2f}x",
+                    f"  round {number + 1}  {operation.name:15s} goaai {goaai.rate:8.1f}"
+                    f"  bare {bare.rate:8.1f} req/s  {goaai.rate / bare.rate:5.2f}x"
+                    f"   p99 {goaai.p99_ms:6.1f} / {bare.p99_ms:6.1f} ms"
+                    f"  {goaai.p99_ms / bare.p99_ms:5.2f}x",
                     flush=True,
                 )
 
@@ -406,18 +430,28 @@ def describe(bad: dict[int, int]) -> str:
     return ", ".join(f"{code or 'socket error'} x{n}" for code, n in sorted(bad.items()))
 
 
-def report(db: str, operations: list[Operation], results: Results) -> None:
-    print(f"\n{db}: req/s, medians of the rounds (goaai / bare: higher is better for goaai)")
-    print(f"  {'operation':15s} {'goaai':>9s} {'bare':>9s} {'goaai/bare':>11s}  non-2xx")
+def report(db: str, server: str, operations: list[Operation], results: Results) -> None:
+    print(
+        f"\n{db}, {server}: medians of the rounds; req/s (goaai / bare: higher is better for"
+        " goaai), p99 latency (goaai / bare: lower is better)"
+    )
+    print(
+        f"  {'operation':15s} {'goaai':>9s} {'bare':>9s} {'goaai/bare':>11s}"
+        f"  {'p99 goaai':>10s} {'bare':>8s} {'ratio':>6s}  non-2xx"
+    )
     for operation in operations:
         goaai = results.rates[(operation.name, "goaai")]
         bare = results.rates[(operation.name, "bare")]
         ratios = [g / b for g, b in zip(goaai, bare, strict=True)]
+        p99_goaai = results.p99s[(operation.name, "goaai")]
+        p99_bare = results.p99s[(operation.name, "bare")]
+        p99_ratios = [g / b for g, b in zip(p99_goaai, p99_bare, strict=True)]
         bad = {side: describe(results.bad[(operation.name, side)]) for side in ("goaai", "bare")}
         print(
             f"  {operation.name:15s} {statistics.median(goaai):9.1f} {statistics.median(bare):9.1f}"
-            f" {statistics.median(ratios):10.2f}x  "
-            f"({min(ratios):.2f}-{max(ratios):.2f}x)  goaai {bad['goaai']}, bare {bad['bare']}"
+            f" {statistics.median(ratios):10.2f}x  ({min(ratios):.2f}-{max(ratios):.2f}x)"
+            f"  {statistics.median(p99_goaai):7.1f} ms {statistics.median(p99_bare):5.1f} ms"
+            f" {statistics.median(p99_ratios):5.2f}x  goaai {bad['goaai']}, bare {bad['bare']}"
         )
     if results.drains:
         print(
@@ -430,39 +464,44 @@ def measure(db: str, args: argparse.Namespace) -> None:
     # With Celery, the server queues its runs in a redis-server of the benchmark's own.
     with private_redis() if args.executor == "celery" else contextlib.nullcontext("") as redis:
         args.redis = redis
-        measure_on(db, args)
+        folder = Path(tempfile.mkdtemp(prefix="goaai-bench-api-"))
+        try:
+            url = fresh_database(db, args.postgres, "api")
+            setup_django(url)
+            ops = operations()
+            for server in ["daphne", "uvicorn"] if args.server == "both" else [args.server]:
+                measure_on(
+                    db, url, ops, folder, argparse.Namespace(**{**vars(args), "server": server})
+                )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure_on(db: str, args: argparse.Namespace) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="goaai-bench-api-"))
-    server = None
+def measure_on(
+    db: str, url: str, ops: list[Operation], folder: Path, args: argparse.Namespace
+) -> None:
+    """Serve the same database with ``args.server`` and measure every operation."""
+    port, log = free_port(), folder / f"{args.server}.log"
+    server = start_server(url, port, log, args)
     try:
-        url = fresh_database(db, args.postgres, "api")
-        setup_django(url)
-        port, log = free_port(), folder / "server.log"
-        server = start_server(url, port, log, args)
         wait_ready(server, port, log)
         api = Api(port)
         api.login()
-        ops = operations()
         print(
-            f"{db}: daphne on 127.0.0.1:{port}, wrk -t1 -c{args.concurrency}, "
+            f"{db}: {args.server} on 127.0.0.1:{port}, wrk -t1 -c{args.concurrency}, "
             f"{args.rounds} rounds of {args.seconds:g} s per side, {args.executor} executor"
         )
         for operation in ops:
             print("  " + check(api, operation))
         bench = Bench(port, api, folder, args)
         bench.rounds(ops)
-        report(db, ops, bench.results)
+        report(db, args.server, ops, bench.results)
     except Exception:
-        log = folder / "server.log"
         if log.exists():
             print(f"server log (end):\n{log.read_text()[-3000:]}", file=sys.stderr)
         raise
     finally:
-        if server is not None:
-            stop(server)
-        shutil.rmtree(folder, ignore_errors=True)
+        stop(server)
 
 
 def main() -> None:
@@ -471,7 +510,7 @@ def main() -> None:
         sys.exit("wrk is needed: apt-get install -y wrk")
     extra = ["--seconds", str(args.seconds), "--rounds", str(args.rounds)]
     extra += ["--concurrency", str(args.concurrency)]
-    extra += ["--executor", args.executor]
+    extra += ["--executor", args.executor, "--server", args.server]
     if run_each_database(__file__, args, extra):
         return
     measure(args.db, args)

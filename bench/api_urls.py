@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Sum
 from django.urls import include, path
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,6 +26,7 @@ from rest_framework.views import APIView
 from memory_app.models import MemoryEntry
 from runs_app.models import Run, ToolCall, Turn
 from sessions_app.models import Session
+from sessions_app.selectors import RUN_TOTALS
 
 SESSION_FIELDS = (
     "id",
@@ -134,6 +137,31 @@ class BareSessionDetail(APIView):
         return Response(row)
 
 
+class BareCursor(CursorPagination):
+    """DRF's cursor pagination, 50 a page, the most recently active first."""
+
+    page_size = 50
+    ordering = "-last_activity_at"
+
+
+class BareSessionList(APIView):
+    """GET: a page of the caller's sessions, the most recently active first, each
+    with what its runs add up to (one grouped queryset)."""
+
+    def get(self, request: Request) -> Response:
+        rows = (
+            Session.objects.filter(owner=request.user)
+            .values(*SESSION_FIELDS, "last_activity_at")
+            .annotate(**{f"runs_{name}": Sum(f"runs__{name}") for name in RUN_TOTALS})
+        )
+        paginator = BareCursor()
+        page = paginator.paginate_queryset(rows, request, view=self) or []
+        for row in page:
+            row["owner"] = {"id": row.pop("owner_id"), "username": row.pop("owner__username")}
+            row["usage"] = {name: row.pop(f"runs_{name}") or 0 for name in RUN_TOTALS}
+        return paginator.get_paginated_response(page)
+
+
 class BareRunDetail(APIView):
     """GET: the caller's run row, its turns and tool calls, its child runs' ids."""
 
@@ -188,6 +216,7 @@ class BareRunCreate(APIView):
 
 
 urlpatterns = [
+    path("bare/sessions/", BareSessionList.as_view()),
     path("bare/sessions/<uuid:session_id>/", BareSessionDetail.as_view()),
     path("bare/sessions/<uuid:session_id>/runs/", BareRunCreate.as_view()),
     path("bare/runs/<uuid:run_id>/", BareRunDetail.as_view()),
