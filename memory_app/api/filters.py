@@ -9,12 +9,13 @@ import django_filters
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
+from goaai.api.filters import FilterSet
 from goaai.runtime.vocabulary import MemoryScope, choices
 from memory_app.models import MemoryEntry
 from memory_app.selectors import expired, unexpired
 
 
-class MemoryFilter(django_filters.FilterSet):
+class MemoryFilter(FilterSet):
     scope = django_filters.ChoiceFilter(choices=choices(MemoryScope))
     session = django_filters.UUIDFilter(field_name="session_id")
     user = django_filters.NumberFilter(

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField
-from goaai.api.serializing import ModelSerializer
+from goaai.api.serializing import ModelSerializer, UtcDateTimeField
 from goaai.api.usage import RunUsageSerializer, usage_document
 from goaai.runtime import rt
 from sessions_app.models import ApiToken, Session
@@ -31,7 +31,7 @@ class SessionSerializer(ModelSerializer):
         help_text="What the session's runs (child runs included) add up to: tokens of "
         "each kind and their cost."
     )
-    last_activity_at = serializers.DateTimeField(
+    last_activity_at = UtcDateTimeField(
         read_only=True,
         help_text="When the session's newest event was recorded (a message, a run's "
         "progress, a change of memory or title): sessions are listed by it.",

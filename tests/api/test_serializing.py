@@ -1,9 +1,20 @@
 """Model serializers build their fields once per class and give each instance its
-own copies; detail routes find their row by id alone."""
+own copies, and write times in UTC as DRF does; filter sets make their form class
+once per class; detail routes find their row by id alone."""
+
+import datetime as dt
+import zoneinfo
 
 import pytest
+from django.http import QueryDict
+from django.utils import timezone
+from rest_framework import serializers
 
+from goaai.api.serializing import UtcDateTimeField
+from memory_app.api.filters import MemoryFilter
+from runs_app.api.filters import RunFilter
 from runs_app.api.serializers import RunDetailSerializer, RunSerializer
+from sessions_app.api.filters import SessionFilter
 from tests.factories import RunFactory, SessionFactory
 
 
@@ -32,3 +43,47 @@ def test_a_run_is_found_by_its_id_whatever_the_list_filters_say(api, owner):
     response = api.get(f"/api/v1/runs/{run.pk}/?status=completed&created_after=nonsense")
     assert response.status_code == 200
     assert response.json()["id"] == str(run.pk)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        dt.datetime(2026, 12, 4, 21, 5, 7, 123456, tzinfo=dt.UTC),
+        dt.datetime(2026, 12, 4, 22, 5, 7, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")),
+        dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+    ],
+)
+def test_times_are_written_as_drf_writes_them_in_the_apis_zone(moment):
+    drf = serializers.DateTimeField()
+    with timezone.override(dt.UTC):
+        expected = drf.to_representation(moment)
+    assert UtcDateTimeField().to_representation(moment) == expected
+    assert expected.endswith("Z")
+    # Whatever zone a request made current, the API writes UTC.
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Tokyo")):
+        assert UtcDateTimeField().to_representation(moment) == expected
+
+
+def test_the_model_serializers_write_their_times_with_the_utc_field():
+    fields = RunDetailSerializer().fields
+    assert isinstance(fields["created_at"], UtcDateTimeField)
+    assert isinstance(fields["turns"].child.fields["started_at"], UtcDateTimeField)
+
+
+@pytest.mark.django_db
+def test_a_filter_set_makes_its_form_class_once_and_each_form_its_own_fields():
+    first = SessionFilter(QueryDict("status=active"))
+    second = SessionFilter(QueryDict("status=ended"))
+    assert first.get_form_class() is second.get_form_class()
+    assert first.form is not second.form
+    assert first.form.fields["status"] is not second.form.fields["status"]
+    assert first.is_valid()
+    assert second.is_valid()
+    assert first.form.cleaned_data["status"] == "active"
+    assert second.form.cleaned_data["status"] == "ended"
+    # Each class has its own.
+    forms = {SessionFilter().get_form_class(), RunFilter().get_form_class()}
+    forms.add(MemoryFilter().get_form_class())
+    assert len(forms) == 3
+    assert "expired" in MemoryFilter().form.fields
+    assert "expired" not in RunFilter().form.fields
