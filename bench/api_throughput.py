@@ -268,15 +268,41 @@ def operations() -> list[Operation]:
     ]
 
 
+# Fields whose content is free-form JSON (or absent on one side while the row has
+# no such thing): their inside is not part of the shape.
+FREE_FORM = ("policy", "metadata", "labels", "arguments", "result", "request_messages")
+FREE_FORM += ("response.tool_calls", "value", "awaiting", "error", "stopped_by", "feedback")
+
+
+def shape(value: object, path: str = "") -> set[str]:
+    """The paths of the keys of a JSON answer (a list's by its first item)."""
+    if isinstance(value, list):
+        return shape(value[0], f"{path}[].") if value else set()
+    if not isinstance(value, dict) or path.rstrip(".").endswith(FREE_FORM):
+        return set()
+    found = set()
+    for key, inner in value.items():
+        found.add(path + key)
+        found |= shape(inner, f"{path}{key}.")
+    return found
+
+
 def check(api: Api, operation: Operation) -> str:
-    """One request of each side, which must answer as expected; their body sizes."""
-    sizes = []
+    """One request of each side, which must answer as expected, with answers of
+    the same shape (the same keys); their body sizes."""
+    sizes, shapes = [], []
     for path in (operation.goaai[0], operation.bare[0]):
         body = None if operation.body is None else json.loads(operation.body)
         status, answer, size = api.call(operation.method, path, body)
         if status != operation.expect:
             raise RuntimeError(f"{operation.method} {path}: {status} {answer}")
         sizes.append(size)
+        shapes.append(shape(answer))
+    if shapes[0] != shapes[1]:
+        raise RuntimeError(
+            f"{operation.name}: the bare view's answer is not of goaai's shape: goaai only "
+            f"{sorted(shapes[0] - shapes[1])}, bare only {sorted(shapes[1] - shapes[0])}"
+        )
     return f"{operation.name:15s} body goaai {sizes[0]:6d} B  bare {sizes[1]:6d} B"
 
 

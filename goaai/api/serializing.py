@@ -39,6 +39,15 @@ def _copy(field: Field) -> Field:
     return copy.deepcopy(field) if isinstance(field, _NESTING) else copy.copy(field)
 
 
+def utc_text(value: dt.datetime | None) -> str | None:
+    """A time as the API writes it (as :class:`UtcDateTimeField` does): ISO 8601 in
+    UTC, ``Z`` for its offset."""
+    if value is None:
+        return None
+    text = value.astimezone(dt.UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class UtcDateTimeField(serializers.DateTimeField):
     """A ``DateTimeField`` in UTC, the API's time zone, as its own."""
 

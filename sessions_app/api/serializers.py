@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField
-from goaai.api.serializing import ModelSerializer, UtcDateTimeField
+from goaai.api.serializing import ModelSerializer, UtcDateTimeField, utc_text
 from goaai.api.usage import RunUsageSerializer, usage_document
 from goaai.runtime import rt
 from sessions_app.models import ApiToken, Session
@@ -58,6 +58,26 @@ class SessionSerializer(ModelSerializer):
     @extend_schema_field(RunUsageSerializer)
     def get_usage(self, session: Session) -> dict[str, Any]:
         return usage_document(SimpleNamespace(**session_run_totals(session)))
+
+    def to_representation(self, instance: Session) -> dict[str, Any]:
+        """What DRF's fields above write, written out: a page of fifty sessions
+        spent a third of its request in their per-field machinery (the tests
+        compare the two)."""
+        owner = instance.owner
+        return {
+            "id": str(instance.pk),
+            "agent": instance.agent,
+            "title": instance.title,
+            "status": str(instance.status),
+            "metadata": instance.metadata,
+            "owner": {"id": owner.pk, "username": owner.username},
+            "last_event_seq": instance.last_event_seq,
+            "usage": self.get_usage(instance),
+            "created_at": utc_text(instance.created_at),
+            "updated_at": utc_text(instance.updated_at),
+            "ended_at": utc_text(instance.ended_at),
+            "last_activity_at": utc_text(instance.last_activity_at),
+        }
 
 
 class SessionCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -4,17 +4,22 @@ once per class; detail routes find their row by id alone."""
 
 import datetime as dt
 import zoneinfo
+from decimal import Decimal
 
 import pytest
 from django.http import QueryDict
 from django.utils import timezone
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 
 from goaai.api.serializing import UtcDateTimeField
 from memory_app.api.filters import MemoryFilter
 from runs_app.api.filters import RunFilter
 from runs_app.api.serializers import RunDetailSerializer, RunSerializer
 from sessions_app.api.filters import SessionFilter
+from sessions_app.api.serializers import SessionSerializer
+from sessions_app.models import Session
+from sessions_app.selectors import sessions_add_run_totals
 from tests.factories import RunFactory, SessionFactory
 
 
@@ -87,3 +92,29 @@ def test_a_filter_set_makes_its_form_class_once_and_each_form_its_own_fields():
     assert len(forms) == 3
     assert "expired" in MemoryFilter().form.fields
     assert "expired" not in RunFilter().form.fields
+
+
+@pytest.mark.django_db
+def test_a_session_is_written_as_drfs_fields_would_write_it(owner):
+    plain = SessionFactory(owner=owner, title="", metadata={})
+    ended = SessionFactory(
+        owner=owner,
+        title="Des couleurs — 色",
+        metadata={"user_id": "u-1", "nested": {"a": [1, 2.5, None]}},
+        status="ended",
+        ended_at=dt.datetime(2026, 12, 4, 21, 0, 0, 7, tzinfo=dt.UTC),
+    )
+    RunFactory(
+        session=ended, status="completed", input_tokens=12, output_tokens=3, cost=Decimal("0.25")
+    )
+    RunFactory(session=ended, status="failed", reasoning_tokens=4, unpriced_turns=1)
+    sessions = list(Session.objects.select_related("owner").filter(pk__in=[plain.pk, ended.pk]))
+    sessions_add_run_totals(sessions)
+    for session in sessions:
+        serializer = SessionSerializer()
+        drf = serializers.ModelSerializer.to_representation(serializer, session)
+        assert serializer.to_representation(session) == dict(drf)
+        # And byte for byte once rendered as the API renders it.
+        assert JSONRenderer().render(
+            serializer.to_representation(session)
+        ) == JSONRenderer().render(drf)
