@@ -84,6 +84,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="rounds per side and operation")
     parser.add_argument("--concurrency", type=int, default=8, help="open connections")
     parser.add_argument(
+        "--only",
+        default="",
+        help="measure only these operations (comma-separated names, e.g. 'run start')",
+    )
+    parser.add_argument(
         "--server",
         choices=["daphne", "uvicorn", "both"],
         default="both",
@@ -495,6 +500,9 @@ def measure(db: str, args: argparse.Namespace) -> None:
             url = fresh_database(db, args.postgres, "api")
             setup_django(url)
             ops = operations()
+            if args.only:
+                wanted = {name.strip() for name in args.only.split(",")}
+                ops = [operation for operation in ops if operation.name in wanted]
             for server in ["daphne", "uvicorn"] if args.server == "both" else [args.server]:
                 measure_on(
                     db, url, ops, folder, argparse.Namespace(**{**vars(args), "server": server})
@@ -536,7 +544,7 @@ def main() -> None:
         sys.exit("wrk is needed: apt-get install -y wrk")
     extra = ["--seconds", str(args.seconds), "--rounds", str(args.rounds)]
     extra += ["--concurrency", str(args.concurrency)]
-    extra += ["--executor", args.executor, "--server", args.server]
+    extra += ["--executor", args.executor, "--server", args.server, "--only", args.only]
     if run_each_database(__file__, args, extra):
         return
     measure(args.db, args)

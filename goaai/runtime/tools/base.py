@@ -9,6 +9,8 @@ by raising :class:`ToolRejected`; any other exception is recorded as ``internal`
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -59,6 +61,17 @@ class ToolContext:
     call_agent: Callable[[str, str], RunInfo] | None = None
 
 
+@functools.lru_cache(maxsize=1024)
+def _schema_of(model: type[pydantic.BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments model, worked out once per model: every
+    run tells its model the schemas of its tools, and pydantic builds one in about
+    the time a run takes to record a step. Bounded: tools made at run time (an MCP
+    server's, a caller's) bring models of their own."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -80,9 +93,8 @@ class Tool:
     answered_by_caller: bool = False
 
     def json_schema(self) -> dict[str, Any]:
-        schema = self.arguments_model.model_json_schema()
-        schema.pop("title", None)
-        return schema
+        """The JSON schema of the tool's arguments (the caller's own copy)."""
+        return copy.deepcopy(_schema_of(self.arguments_model))
 
     def invoke(self, arguments: Any, context: ToolContext) -> ToolOutcome:
         """Validate ``arguments``, call the tool, and say how it went."""

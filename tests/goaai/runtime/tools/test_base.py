@@ -149,6 +149,19 @@ def test_the_schema_and_description_come_from_the_signature_and_docstring():
     assert picky.description == "Refuses odd numbers."
 
 
+def test_the_schema_is_worked_out_once_and_each_caller_gets_its_own_copy():
+    first = repeat.json_schema()
+    first["properties"]["text"]["description"] = "changed by a caller"
+    first["required"].append("times")
+
+    second = repeat.json_schema()
+    assert second["properties"]["text"]["description"] == "What to repeat."
+    assert second["required"] == ["text"]
+    fresh = repeat.arguments_model.model_json_schema()
+    fresh.pop("title")
+    assert second == fresh
+
+
 def test_a_parameter_without_a_type_hint_is_refused_when_the_tool_is_declared():
     with pytest.raises(TypeError, match="has no type hint"):
 
