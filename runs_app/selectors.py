@@ -311,9 +311,13 @@ def with_queue(runs: QuerySet[Run]) -> QuerySet[Run]:
 
 def run_queued_behind(run: Run) -> UUID | None:
     """The run ``run`` (as read) waits for (see :func:`with_queue`), or ``None``:
-    only a top-level run that has not started waits; for one, one query."""
+    only a top-level run that has not started waits; for one, one query, unless the
+    run was read with it (``queued_behind_id``, :func:`with_queue`)."""
     if run.status != RunStatus.PENDING or run.parent_run_id is not None:
         return None
+    if hasattr(run, "queued_behind_id"):
+        known: UUID | None = run.queued_behind_id
+        return known
     found: UUID | None = (
         Run.objects.filter(
             session_id=run.session_id,

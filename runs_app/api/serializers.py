@@ -220,11 +220,6 @@ class RunSerializer(ModelSerializer):
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
     def get_queued_behind(self, run: Run) -> UUID | None:
-        # Lists read it with the rows (selectors.with_queue); one run on its own
-        # reads it here.
-        if hasattr(run, "queued_behind_id"):
-            behind: UUID | None = run.queued_behind_id
-            return behind
         return run_queued_behind(run)
 
 

@@ -245,7 +245,10 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 "returns it.",
                 code="queue_unavailable",
             ) from lost
-        run = Run.objects.get(pk=handle.run_id)
+        # With its place in the queue and the caller's feedback, in the same query.
+        run = with_caller_feedback(
+            with_queue(Run.objects.filter(pk=handle.run_id)), request.user
+        ).get()
         self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
         response["Location"] = request.build_absolute_uri(f"/api/v1/runs/{run.pk}/")
