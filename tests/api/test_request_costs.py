@@ -1,0 +1,85 @@
+"""What the API's busiest requests cost the database, pinned: statements and
+transactions per request, counted on every connection of the process, for the five
+operations ``bench/api_throughput.py`` measures against bare DRF views. A request
+that reads runs each statement on its own (autocommit, no transaction around
+them); starting a run records it in one transaction."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+from uuid import UUID
+
+import pytest
+from django.db import connection
+
+from goaai.runtime import rt
+from goaai.runtime.types import RunInfo
+from tests.statement_tally import tallying
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# (statements, transactions) per request, the same on both databases: the token,
+# then what each answer reads (a session with its runs' sums; a page of sessions and
+# their sums; a run, its turns, tool calls, child runs and the caller's feedback;
+# the session and the entry, resolved in one statement and read whole); a start
+# reads the token and the session, records the run in one transaction of seven
+# statements and reads it back with its queue place and feedback.
+COSTS = {
+    "session detail": (3, 3),
+    "sessions list": (3, 3),
+    "run detail": (6, 6),
+    "memory resolve": (4, 4),
+    "run start": (10, 4),
+}
+
+
+class Submitted:
+    """An executor that keeps the runs it is given: the request's own costs, not
+    those of executing its run."""
+
+    def __init__(self) -> None:
+        self.runs: list[UUID] = []
+
+    def submit(self, run_id: UUID) -> None:
+        self.runs.append(run_id)
+
+    def wait(self, run_id: UUID, timeout: float) -> RunInfo | bool:
+        return False
+
+
+@pytest.fixture
+def made(owner):
+    rt.reset()
+    rt.configure(executor="inline")
+    session = rt.create_session(owner=owner, agent="assistant", title="Colours").id
+    for text in ("remember my favourite colour is green", "calculate 2 * (3 + 4)"):
+        run = rt.run("assistant", text, session=session)
+        assert run.status == "completed", run
+    # Each start in a session of its own: none waits behind another.
+    starts = [rt.create_session(owner=owner, title=f"starts {i}").id for i in range(2)]
+    executor = Submitted()
+    rt.configure(executor=executor)
+    yield session, run.id, starts, executor
+    rt.reset()
+
+
+def test_each_request_costs_what_is_pinned(api, made):
+    session, run, starts, executor = made
+    resolve = f"/api/v1/memory/resolve/?key={quote('favourite colour')}&session={session}"
+    requests = {
+        "session detail": ("get", [f"/api/v1/sessions/{session}/"] * 2, 200),
+        "sessions list": ("get", ["/api/v1/sessions/"] * 2, 200),
+        "run detail": ("get", [f"/api/v1/runs/{run}/"] * 2, 200),
+        "memory resolve": ("get", [resolve] * 2, 200),
+        "run start": ("post", [f"/api/v1/sessions/{s}/runs/" for s in starts], 201),
+    }
+    costs = {}
+    for name, (method, (first, second), expected) in requests.items():
+        body = {"input": "echo hi"} if method == "post" else None
+        getattr(api, method)(first, body, format="json")  # the first of a kind warms up
+        with tallying() as tally:
+            response = getattr(api, method)(second, body, format="json")
+        assert response.status_code == expected, response.content
+        costs[name] = (tally.statements, tally.transactions)
+    assert len(executor.runs) == 2
+    assert costs == COSTS, connection.vendor
