@@ -20,7 +20,8 @@ and query-count tests see them like any other query:
   every step (runs, turns, tool calls), each one statement built once per shape.
   The ORM's ``save()`` and ``update()`` build their query anew at every call, at
   about ten times the statement's cost on a small machine (bench/recording.py).
-- :func:`memory_resolve_row` and :func:`memory_ranked_rows`: a run's memory reads,
+- :func:`memory_resolve_row` and :func:`memory_ranked_rows`: a run's memory reads
+  (:func:`memory_resolve_entry`, the first read whole, for the API),
   one indexed probe per scope (and the full-text and vector rankings) in one
   statement, which the ORM cannot express; :func:`memory_embedding_store` and
   :func:`memory_embedding_delete` write the vectors those rankings compare.
@@ -436,8 +437,13 @@ _NOW = {
 
 @functools.cache
 def _resolve_sql(
-    entry_model: type[models.Model], session_model: type[models.Model], vendor: str
+    entry_model: type[models.Model],
+    session_model: type[models.Model],
+    vendor: str,
+    whole: bool = False,
 ) -> str:
+    """The resolution's statement, returning :data:`_RESOLVE_COLUMNS`, or with
+    ``whole`` every column of the entry (as ``QuerySet.raw()`` reads a model)."""
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
     entries = quote(entry_model._meta.db_table)
     sessions = quote(session_model._meta.db_table)
@@ -457,13 +463,15 @@ def _resolve_sql(
         # SQLite evaluates COALESCE lazily: the scopes are probed in order and the
         # first hit ends the search.
         probes = ",\n".join(f"(SELECT rowid FROM {entries} WHERE {where})" for where in branches)  # noqa: S608
-        columns = _SQLITE_RESOLVE_COLUMNS
+        columns = "*" if whole else _SQLITE_RESOLVE_COLUMNS
         return f"SELECT {columns} FROM {entries} WHERE rowid = COALESCE({probes})"  # noqa: S608
+    columns = f"{entries}.*" if whole else _RESOLVE_COLUMNS
     union = " UNION ALL ".join(
-        f"SELECT {rank} AS rank, {_RESOLVE_COLUMNS} FROM {entries} WHERE {where}"  # noqa: S608
+        f"SELECT {rank} AS rank, {columns} FROM {entries} WHERE {where}"  # noqa: S608
         for rank, where in enumerate(branches)
     )
-    return f"SELECT {_RESOLVE_COLUMNS} FROM ({union}) AS candidates ORDER BY rank LIMIT 1"  # noqa: S608
+    outer = "*" if whole else _RESOLVE_COLUMNS
+    return f"SELECT {outer} FROM ({union}) AS candidates ORDER BY rank LIMIT 1"  # noqa: S608
 
 
 def memory_resolve_row(
@@ -490,6 +498,25 @@ def memory_resolve_row(
         cursor.execute(_resolve_sql(entry_model, session_model, db.vendor), params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
+
+
+def memory_resolve_entry(
+    entry_model: type[models.Model],
+    session_model: type[models.Model],
+    *,
+    key: str,
+    session_id: UUID,
+) -> Any:
+    """The entry :func:`memory_resolve_row` finds, read whole as a model instance
+    (``QuerySet.raw()``: Django's conversions of every column), or ``None``: the
+    same statement, for a reader that shows the entry (the API)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    params = {
+        "session": session_id if db.features.has_native_uuid_field else session_id.hex,
+        "key": key,
+    }
+    statement = _resolve_sql(entry_model, session_model, db.vendor, whole=True)
+    return next(iter(entry_model._default_manager.raw(statement, params)), None)
 
 
 # A run's memory, ranked. Every candidate is live, one the session reads (its own,

@@ -110,9 +110,14 @@ def memory_resolve_record(*, key: str, session_id: UUID) -> MemoryRecord | None:
 
 
 def memory_resolve(*, key: str, session_id: UUID) -> MemoryEntry | None:
-    """:func:`memory_resolve_record` as a model instance (for the API and admin)."""
-    record = memory_resolve_record(key=key, session_id=session_id)
-    return MemoryEntry.objects.filter(pk=record.id).first() if record else None
+    """:func:`memory_resolve_record` as a model instance (for the API and admin),
+    read in the same one statement."""
+    entry: MemoryEntry | None = sql.memory_resolve_entry(
+        MemoryEntry, Session, key=key, session_id=session_id
+    )
+    if entry is None and not Session.objects.filter(pk=session_id).exists():
+        raise NotFound(f"No session {session_id}.")
+    return entry
 
 
 def _owner(session_id: UUID) -> tuple[int, str]:

@@ -21,14 +21,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (statements, transactions) per request, the same on both databases: the token,
 # then what each answer reads (a session with its runs' sums; a page of sessions and
 # their sums; a run, its turns, tool calls, child runs and the caller's feedback;
-# the session and the entry, resolved in one statement and read whole); a start
+# the session and the entry, resolved and read whole in one statement); a start
 # reads the token and the session, records the run in one transaction of seven
 # statements and reads it back with its queue place and feedback.
 COSTS = {
     "session detail": (3, 3),
     "sessions list": (3, 3),
     "run detail": (6, 6),
-    "memory resolve": (4, 4),
+    "memory resolve": (3, 3),
     "run start": (10, 4),
 }
 
