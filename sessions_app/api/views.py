@@ -33,6 +33,8 @@ from sessions_app.api.serializers import (
 from sessions_app.models import ApiToken, Session
 from sessions_app.selectors import sessions_add_run_totals
 
+_SESSION_COLUMNS = tuple(field.name for field in Session._meta.concrete_fields)
+
 
 class ActivityCursor(Cursor):
     """Sessions the most recently active first (``last_activity_at``, moved by every
@@ -80,7 +82,11 @@ class SessionViewSet(
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def base_queryset(self) -> QuerySet[Session]:
-        return Session.objects.select_related("owner")
+        sessions = Session.objects.select_related("owner")
+        if self.action == "list":
+            # A page of fifty: of each owner, only what the list shows.
+            return sessions.only(*_SESSION_COLUMNS, "owner__username")
+        return sessions
 
     def paginate_queryset(self, queryset: QuerySet[Any]) -> list[Any] | None:
         page = super().paginate_queryset(queryset)
