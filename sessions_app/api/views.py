@@ -15,7 +15,7 @@ from rest_framework.exceptions import AuthenticationFailed, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from goaai.access import CHANGE, DELETION
+from goaai.access import CHANGE, DELETION, has_permission
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
@@ -82,15 +82,26 @@ class SessionViewSet(
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def base_queryset(self) -> QuerySet[Session]:
+        if self.action == "list" and self._own_only():
+            # The caller's own sessions: their owner is the caller (paginate_queryset).
+            return Session.objects.all()
         sessions = Session.objects.select_related("owner")
         if self.action == "list":
             # A page of fifty: of each owner, only what the list shows.
             return sessions.only(*_SESSION_COLUMNS, "owner__username")
         return sessions
 
+    def _own_only(self) -> bool:
+        """Whether the caller lists only their own sessions (no permission to see
+        other users')."""
+        return not has_permission(self.request.user, Session, "view")
+
     def paginate_queryset(self, queryset: QuerySet[Any]) -> list[Any] | None:
         page = super().paginate_queryset(queryset)
         if page is not None:
+            if self._own_only():
+                for session in page:
+                    session.owner = self.request.user
             # What each session's runs add up to, for the whole page at once.
             sessions_add_run_totals(page)
         return page

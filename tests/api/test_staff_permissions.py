@@ -188,6 +188,10 @@ def test_an_auditor_reads_everything(alices, erin):
         response = client.get(url)
         assert response.status_code == 200, (what, response.status_code)
     assert str(alices["session"].pk) in ids(client.get(f"{API}/sessions/"))
+    # Each session in the list names its own owner, not the auditor who reads it.
+    owners = {row["id"]: row["owner"] for row in client.get(f"{API}/sessions/").json()["results"]}
+    alice = alices["session"].owner
+    assert owners[str(alices["session"].pk)] == {"id": alice.pk, "username": alice.username}
     assert str(alices["run"].pk) in ids(client.get(f"{API}/runs/"))
     assert str(alices["call"].pk) in ids(client.get(f"{API}/tool-calls/"))
     detail = client.get(f"{API}/runs/{alices['run'].pk}/").json()
