@@ -58,7 +58,7 @@ from uuid import UUID
 
 from celery.signals import worker_process_init, worker_process_shutdown
 from django.conf import settings
-from django.db import OperationalError, connections
+from django.db import connections
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -73,6 +73,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from goaai.database import retrying
 from goaai.runtime import rt
 from goaai.runtime.config import ConfigError
 from goaai.runtime.types import Usage
@@ -135,8 +136,6 @@ QUEUE_SIZE = 10_000
 SHUTDOWN_SECONDS = 5.0
 # Longest error description put on a span.
 MAX_DESCRIPTION = 1000
-# Waits before each retry of a run whose record could not be read.
-DATABASE_RETRY_DELAYS = (0.05, 0.2, 1.0)
 _STOP = object()
 _LOW_64 = (1 << 64) - 1
 
@@ -274,16 +273,7 @@ class _Pipeline:
     def _emit(self, run_id: UUID) -> None:
         # A database that is restarting or busy gets a few short retries before the
         # run's telemetry is given up.
-        for delay in DATABASE_RETRY_DELAYS:
-            try:
-                emit_run(self, run_id=run_id)
-            except OperationalError:
-                logger.info("Telemetry of run %s waits for the database", run_id)
-                connections.close_all()
-                time.sleep(delay)
-            else:
-                return
-        emit_run(self, run_id=run_id)
+        retrying(lambda: emit_run(self, run_id=run_id), what=f"Telemetry of run {run_id}")
 
     def drain(self, timeout: float) -> bool:
         """Wait until every queued run has been emitted; ``False`` on timeout."""

@@ -36,6 +36,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from goaai.database import retrying
 from goaai.runtime.vocabulary import WEBHOOK_DUE_STATUSES, WebhookDeliveryStatus
 from sessions_app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from sessions_app.webhooks.addresses import AllowList
@@ -117,20 +118,22 @@ def claim_due(
             )
         return chosen
     claimed: list[Claim] = []
-    for pk, endpoint_id, seen in due.values_list("pk", "endpoint_id", "next_attempt_at")[
-        : scan * 2
-    ]:
-        if len(claimed) >= limit:
-            break
-        if not share.take(endpoint_id):
-            continue
-        taken = WebhookDelivery.objects.filter(
-            pk=pk, next_attempt_at=seen, status__in=WEBHOOK_DUE_STATUSES
-        ).update(next_attempt_at=held_until)
-        if taken:
-            claimed.append(Claim(pk, endpoint_id, held_until))
-        else:
-            share.taken[endpoint_id] -= 1
+    # One transaction: a look the database refuses halfway claims nothing.
+    with transaction.atomic():
+        for pk, endpoint_id, seen in due.values_list("pk", "endpoint_id", "next_attempt_at")[
+            : scan * 2
+        ]:
+            if len(claimed) >= limit:
+                break
+            if not share.take(endpoint_id):
+                continue
+            taken = WebhookDelivery.objects.filter(
+                pk=pk, next_attempt_at=seen, status__in=WEBHOOK_DUE_STATUSES
+            ).update(next_attempt_at=held_until)
+            if taken:
+                claimed.append(Claim(pk, endpoint_id, held_until))
+            else:
+                share.taken[endpoint_id] -= 1
     return claimed
 
 
@@ -155,13 +158,19 @@ def attempt(*, claim: Claim, now: dt.datetime | None = None) -> WebhookAttempt |
             allow=allow_list(),
             timeout=float(settings.GOAAI_WEBHOOK_TIMEOUT_SECONDS),
         )
-    return attempt_record(
-        delivery_id=delivery_id,
-        started_at=started,
-        outcome=outcome,
-        now=now or timezone.now(),
-        give_up=not endpoint.active,
-        held_until=claim.held_until,
+    # The receiver has the message: a database that refuses the record for a
+    # moment gets a few retries rather than have the claim expire and the message
+    # go out again.
+    return retrying(
+        lambda: attempt_record(
+            delivery_id=delivery_id,
+            started_at=started,
+            outcome=outcome,
+            now=now or timezone.now(),
+            give_up=not endpoint.active,
+            held_until=claim.held_until,
+        ),
+        what=f"Webhook delivery {delivery_id}",
     )
 
 

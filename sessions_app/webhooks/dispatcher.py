@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from goaai.database import retrying
 from sessions_app.webhooks import delivery
 
 logger = logging.getLogger(__name__)
@@ -69,8 +70,11 @@ class Dispatcher:
             busy = +self._busy
         if free <= 0:
             return
-        claims = delivery.claim_due(
-            now=timezone.now(), limit=free, per_endpoint=self.per_endpoint, busy=busy
+        claims = retrying(
+            lambda: delivery.claim_due(
+                now=timezone.now(), limit=free, per_endpoint=self.per_endpoint, busy=busy
+            ),
+            what="Looking for due webhook deliveries",
         )
         for claim in claims:
             with self._lock:

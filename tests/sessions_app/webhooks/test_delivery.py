@@ -9,6 +9,8 @@ import time
 
 import pytest
 from django.conf import settings
+from django.db import OperationalError, connection
+from django.db.models import QuerySet
 from django.utils import timezone
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -286,3 +288,55 @@ def test_one_endpoint_gets_at_most_its_share_of_a_claim(owner, receiver):
     # The slow endpoint's attempt is still under way in this process: none more.
     assert claim_due(now=now, limit=4, per_endpoint=1, busy={slow.pk: 1}) == []
     assert len(claim_due(now=now, limit=4, per_endpoint=2, busy={slow.pk: 1})) == 1
+
+
+def test_a_record_the_database_refuses_for_a_moment_is_made_again_not_the_request(
+    owner, receiver, monkeypatch
+):
+    # The receiver has the message when its record fails: the record is retried
+    # rather than the claim left to expire and the message sent a second time.
+    endpoint = _endpoint(owner, receiver.url)
+    queued = services.webhook_ping(endpoint_id=endpoint.pk)
+    record = delivery.attempt_record
+    refusals = [OperationalError("database is locked")]
+
+    def refused_once(**kwargs):
+        if refusals:
+            raise refusals.pop()
+        return record(**kwargs)
+
+    monkeypatch.setattr(delivery, "attempt_record", refused_once)
+    (claimed,) = claim_due(now=timezone.now(), limit=1)
+    logged = delivery.attempt(claim=claimed)
+
+    assert logged is not None
+    assert logged.succeeded
+    assert refusals == []
+    queued.refresh_from_db()
+    assert queued.status == WebhookDeliveryStatus.SUCCEEDED
+    assert queued.attempts == 1
+    assert len(receiver.requests) == 1
+
+
+def test_a_look_the_database_refuses_halfway_claims_nothing(owner, receiver, monkeypatch):
+    endpoint = _endpoint(owner, receiver.url)
+    for _ in range(3):
+        services.webhook_ping(endpoint_id=endpoint.pk)
+    update = QuerySet.update
+    calls = []
+    # PostgreSQL claims in one update; SQLite row by row: the second is refused.
+    refused = 1 if connection.features.has_select_for_update_skip_locked else 2
+
+    def refused_second(self, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == refused:
+            raise OperationalError("database is locked")
+        return update(self, **kwargs)
+
+    now = timezone.now()
+    monkeypatch.setattr(QuerySet, "update", refused_second)
+    with pytest.raises(OperationalError):
+        claim_due(now=now, limit=3)
+    monkeypatch.undo()
+    # Nothing was held by the failed look: all three are claimed by the next.
+    assert len(claim_due(now=now, limit=3)) == 3
