@@ -120,7 +120,10 @@ def env_database(name: str, default: str) -> dict[str, Any]:
         # A connection the server dropped (a restart, a failover,
         # pg_terminate_backend) is replaced before it is used: the pool checks each
         # connection it hands out, a persistent connection is checked per request.
+        # goaai's backend is Django's with a check that reads the socket before it
+        # sends a statement (goaai.postgresql.base).
         config["CONN_HEALTH_CHECKS"] = True
+        config["ENGINE"] = "goaai.postgresql"
         # Parameters bound on the server, so that PostgreSQL plans a statement the
         # connection runs again and again once, and psycopg prepares it after a few
         # runs (every step of every run repeats the same few statements). Set

@@ -3,11 +3,14 @@ are replaced: neither a request nor the reaper fails on them for good."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
-from django.db.backends.postgresql.base import DatabaseWrapper
+from psycopg_pool import ConnectionPool
 
 from goaai.env import env_database
+from goaai.postgresql.base import DatabaseWrapper
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -37,10 +40,63 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_before_use(monkeypat
         first = _backend(wrapper)
         wrapper.close()  # back to the pool, as at the end of every request
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+            # Returns once the backend has ended (its goodbye is on the wire).
+            cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [first])
         # The pool holds one connection, the dropped one: it must not hand it out.
         second = _backend(wrapper)
         assert second != first
+    finally:
+        wrapper.close()
+        wrapper.close_pool()
+
+
+def _counting_checks(monkeypatch) -> list[int]:
+    sent: list[int] = []
+    check = ConnectionPool.check_connection
+
+    def counted(conn) -> None:
+        sent.append(conn.info.backend_pid)
+        check(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+    return sent
+
+
+def test_a_pooled_connection_is_checked_without_a_statement_while_its_socket_is_silent(
+    monkeypatch,
+):
+    wrapper = _pooled_wrapper(monkeypatch)
+    sent = _counting_checks(monkeypatch)
+    try:
+        first = _backend(wrapper)
+        for _ in range(3):
+            wrapper.close()
+            assert _backend(wrapper) == first
+        # Nothing arrived on the idle connection: no empty statement was sent.
+        assert sent == []
+    finally:
+        wrapper.close()
+        wrapper.close_pool()
+
+
+def test_a_pooled_connection_the_server_spoke_on_is_checked_with_a_statement(monkeypatch):
+    wrapper = _pooled_wrapper(monkeypatch)
+    sent = _counting_checks(monkeypatch)
+    try:
+        with wrapper.cursor() as cursor:
+            cursor.execute("LISTEN goaai_check")
+            cursor.execute("SELECT pg_backend_pid()")
+            first = int(cursor.fetchone()[0])
+        wrapper.close()
+        with connection.cursor() as cursor:
+            cursor.execute("NOTIFY goaai_check")
+        # A notification waits on the socket: the check asks the server, finds the
+        # connection alive, and hands it out.
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            assert _backend(wrapper) == first
+            wrapper.close()
+        assert sent == [first]
     finally:
         wrapper.close()
         wrapper.close_pool()
