@@ -141,6 +141,13 @@ def with_caller_feedback(runs: QuerySet[Run], user: Any) -> QuerySet[Run]:
     )
 
 
+def without_caller_feedback(run: Run) -> Run:
+    """``run`` as :func:`with_caller_feedback` reads it, for a run known to have no
+    feedback yet: one just made, whose id nobody else knew."""
+    run.__dict__.update(caller_feedback_value=None, caller_feedback_comment="")
+    return run
+
+
 def caller_feedback(run: Run, user: Any) -> dict[str, Any] | None:
     """``user``'s feedback on ``run`` as the API shows it, or ``None``: from what
     :func:`with_caller_feedback` read with the run, else read now."""

@@ -54,7 +54,7 @@ from runs_app.idempotency import (
     request_fingerprint,
 )
 from runs_app.models import Run, ToolCall, Turn
-from runs_app.scores import with_caller_feedback
+from runs_app.scores import with_caller_feedback, without_caller_feedback
 from runs_app.selectors import run_for_idempotency_key, runs_with_steps, with_queue
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
@@ -245,10 +245,8 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 "returns it.",
                 code="queue_unavailable",
             ) from lost
-        # With its place in the queue and the caller's feedback, in the same query.
-        run = with_caller_feedback(
-            with_queue(Run.objects.filter(pk=handle.run_id)), request.user
-        ).get()
+        # With its place in the queue, in the same query.
+        run = without_caller_feedback(with_queue(Run.objects.filter(pk=handle.run_id)).get())
         self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
         response["Location"] = request.build_absolute_uri(f"/api/v1/runs/{run.pk}/")
