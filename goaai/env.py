@@ -89,8 +89,10 @@ def env_database(name: str, default: str) -> dict[str, Any]:
 
     SQLite gets WAL and immediate transactions, so that the in-process executor's
     worker threads and the web requests do not fail with "database is locked" when
-    they write at the same time. PostgreSQL gets psycopg's connection pool, because
-    under ASGI ``CONN_MAX_AGE`` does not reuse connections.
+    they write at the same time. Under ASGI ``CONN_MAX_AGE`` does not reuse
+    connections (every request has a thread of its own): PostgreSQL gets psycopg's
+    connection pool, SQLite goaai's backend that keeps closed connections for reuse
+    (``DATABASE_POOL=0`` turns either off).
     """
     url = os.environ.get(name) or default
     try:
@@ -100,6 +102,10 @@ def env_database(name: str, default: str) -> dict[str, Any]:
     engine = config.get("ENGINE", "")
     options: dict[str, Any] = dict(config.get("OPTIONS") or {})
     if engine == "django.db.backends.sqlite3":
+        # Django's backend, with connections kept for the next request (goaai.sqlite).
+        config["ENGINE"] = "goaai.sqlite"
+        if not env_bool("DATABASE_POOL", default=True):
+            options.setdefault("pool", False)
         options.setdefault("transaction_mode", "IMMEDIATE")
         options.setdefault("timeout", 20)
         options.setdefault(

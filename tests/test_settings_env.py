@@ -67,13 +67,20 @@ def test_env_database_sets_up_sqlite_for_concurrent_writers(monkeypatch, tmp_pat
 
     config = env_database("GOAAI_DB", default=f"sqlite:///{tmp_path / 'db.sqlite3'}")
 
-    assert config["ENGINE"] == "django.db.backends.sqlite3"
+    # Django's backend, with closed connections kept for reuse.
+    assert config["ENGINE"] == "goaai.sqlite"
     assert config["NAME"] == str(tmp_path / "db.sqlite3")
     assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert config["OPTIONS"]["timeout"] == 20
     assert "journal_mode=WAL" in config["OPTIONS"]["init_command"]
     assert "foreign_keys=ON" in config["OPTIONS"]["init_command"]
     assert "pool" not in config["OPTIONS"]
+
+
+def test_env_database_sqlite_keeps_no_connections_without_a_pool(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_POOL", "0")
+    config = env_database("GOAAI_DB", default=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert config["OPTIONS"]["pool"] is False
 
 
 def test_env_database_gives_postgres_a_connection_pool(monkeypatch):

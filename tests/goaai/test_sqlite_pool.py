@@ -1,0 +1,148 @@
+"""goaai's SQLite backend keeps the connections a file's requests close for the
+next thread that connects, and never hands out one that would be wrong."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from goaai.env import env_database
+from goaai.sqlite import base
+from goaai.sqlite.base import DatabaseWrapper
+
+# Each test opens connections of its own to a file of its own (the database access
+# the mark allows; the suite's database is not used).
+pytestmark = pytest.mark.django_db
+
+
+def _wrapper(path: Path, alias: str = "pooled", **options: Any) -> DatabaseWrapper:
+    config = env_database("GOAAI_TEST_POOL_DB", default=f"sqlite:///{path}")
+    config["OPTIONS"].update(options)
+    settings = {**connection.settings_dict, **config}
+    return DatabaseWrapper(settings, alias=alias)
+
+
+def _raw(wrapper: DatabaseWrapper) -> Any:
+    wrapper.ensure_connection()
+    return wrapper.connection
+
+
+@pytest.fixture
+def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("GOAAI_TEST_POOL_DB", raising=False)
+    monkeypatch.delenv("DATABASE_POOL", raising=False)
+    database = tmp_path / "db.sqlite3"
+    yield database
+    base.close_idle()
+
+
+def test_a_connection_closed_between_requests_serves_the_next_thread(path: Path):
+    first = _wrapper(path)
+    raw = _raw(first)
+    with first.cursor() as cursor:
+        cursor.execute("CREATE TABLE notes (text TEXT)")
+    first.close()
+
+    found: dict[str, Any] = {}
+
+    def another_request() -> None:
+        wrapper = _wrapper(path)
+        found["raw"] = _raw(wrapper)
+        with wrapper.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            found["journal"] = cursor.fetchone()[0]
+            cursor.execute("PRAGMA foreign_keys")
+            found["foreign_keys"] = cursor.fetchone()[0]
+            cursor.execute("INSERT INTO notes VALUES ('kept')")
+        wrapper.close()
+
+    thread = threading.Thread(target=another_request)
+    thread.start()
+    thread.join()
+    # The same connection, with the pragmas it was opened with.
+    assert found == {"raw": raw, "journal": "wal", "foreign_keys": 1}
+
+
+def test_a_connection_closed_in_a_transaction_is_closed_not_kept(path: Path):
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    with wrapper.cursor() as cursor:
+        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper.set_autocommit(False)
+    with wrapper.cursor() as cursor:
+        cursor.execute("INSERT INTO notes VALUES ('not committed')")
+    assert raw.in_transaction
+    wrapper.close()
+    assert _raw(_wrapper(path)) is not raw
+
+
+def test_a_connection_whose_statement_failed_is_not_kept(path: Path):
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    with pytest.raises(Exception, match="no such table"), wrapper.cursor() as cursor:
+        cursor.execute("SELECT * FROM missing")
+    wrapper.close()
+    assert _raw(_wrapper(path)) is not raw
+
+
+def test_a_file_made_again_at_the_same_path_gets_a_new_connection(path: Path):
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    with wrapper.cursor() as cursor:
+        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper.close()
+    for leftover in path.parent.glob("db.sqlite3*"):
+        leftover.unlink()
+
+    again = _wrapper(path)
+    assert _raw(again) is not raw
+    with again.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE name = 'notes'")
+        # The new, empty file: not the deleted one the kept connection had open.
+        assert cursor.fetchone()[0] == 0
+    again.close()
+
+
+def test_no_more_idle_connections_are_kept_than_allowed(path: Path):
+    wrappers = [_wrapper(path, alias=f"pooled{i}", pool={"max_idle": 1}) for i in range(2)]
+    raws = [_raw(w) for w in wrappers]
+    for w in wrappers:
+        w.close()
+    again = [_raw(_wrapper(path, alias=f"again{i}", pool={"max_idle": 1})) for i in range(2)]
+    assert sum(raw in raws for raw in again) == 1
+
+
+def test_a_pool_turned_off_keeps_nothing(path: Path):
+    wrapper = _wrapper(path, pool=False)
+    raw = _raw(wrapper)
+    wrapper.close()
+    assert _raw(_wrapper(path, pool=False)) is not raw
+
+
+def _child_connects(path: str, pipe: Any) -> None:
+    wrapper = _wrapper(Path(path))
+    pipe.send(id(_raw(wrapper)))
+    wrapper.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_opens_its_own_connection(path: Path):
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    wrapper.close()
+    fork = multiprocessing.get_context("fork")
+    ours, theirs = fork.Pipe()
+    child = fork.Process(target=_child_connects, args=(str(path), theirs))
+    child.start()
+    child_raw = ours.recv()
+    child.join(10)
+    # The kept connection is still in the child's copy of memory: had the child
+    # been given it, the ids would be equal.
+    assert child_raw != id(raw)
+    assert _raw(_wrapper(path)) is raw
