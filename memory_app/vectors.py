@@ -17,6 +17,7 @@ the same SQL runs, only slower (:func:`vector_search_engine` says which it is).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -96,10 +97,18 @@ def _sqlite_vec_version(raw: sqlite3.Connection) -> str | None:
 
 def equip_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     """Give a new SQLite connection vector similarity (sqlite-vec, else the
-    Python function)."""
+    Python function); a connection kept for reuse (goaai.sqlite) keeps it."""
     if connection.vendor != "sqlite":
         return
     raw = connection.connection
+    if getattr(raw, "vectors_equipped", False):
+        return
+    _equip(raw)
+    with contextlib.suppress(AttributeError):  # a plain sqlite3 connection takes none
+        raw.vectors_equipped = True
+
+
+def _equip(raw: sqlite3.Connection) -> None:
     version = _sqlite_vec_version(raw)
     if version is None and hasattr(raw, "enable_load_extension"):
         raw.enable_load_extension(True)

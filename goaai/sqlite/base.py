@@ -31,7 +31,8 @@ MAX_IDLE = 32
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that remembers the file it was opened on."""
+    """A connection that remembers the file it was opened on (and takes what other
+    apps note on it, such as ``vectors_equipped``)."""
 
     file: tuple[int, int] | None = None
 

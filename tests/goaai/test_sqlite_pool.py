@@ -146,3 +146,24 @@ def test_a_forked_process_opens_its_own_connection(path: Path):
     # been given it, the ids would be equal.
     assert child_raw != id(raw)
     assert _raw(_wrapper(path)) is raw
+
+
+def test_a_kept_connection_compares_vectors_without_being_equipped_again(path: Path, monkeypatch):
+    from memory_app import vectors
+
+    equip = vectors._equip
+    equipped: list[object] = []
+
+    def counted(raw: Any) -> None:
+        equipped.append(raw)
+        equip(raw)
+
+    monkeypatch.setattr(vectors, "_equip", counted)
+    for _ in range(3):
+        wrapper = _wrapper(path)
+        with wrapper.cursor() as cursor:
+            # Two equal float32 vectors, [1.0]: distance 0.
+            cursor.execute("SELECT vec_distance_cosine(x'0000803f', x'0000803f')")
+            assert cursor.fetchone()[0] == pytest.approx(0.0)
+        wrapper.close()
+    assert len(equipped) == 1
