@@ -167,3 +167,105 @@ def test_a_kept_connection_compares_vectors_without_being_equipped_again(path: P
             assert cursor.fetchone()[0] == pytest.approx(0.0)
         wrapper.close()
     assert len(equipped) == 1
+
+
+# Writers queued
+
+
+class _Writer(threading.Thread):
+    """A thread that writes a row in a transaction of its own, held open until
+    ``finish`` is set (then committed, or rolled back with ``fail``)."""
+
+    def __init__(self, path: Path, text: str, **options: Any) -> None:
+        super().__init__()
+        self.path, self.text, self.options = path, text, options
+        self.began = threading.Event()
+        self.finish = threading.Event()
+        self.fail = False
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        from django.db import connections, transaction
+
+        connections["writer"] = _wrapper(self.path, alias="writer", **self.options)
+        try:
+            with transaction.atomic(using="writer"):
+                self.began.set()
+                with connections["writer"].cursor() as cursor:
+                    cursor.execute("INSERT INTO notes VALUES (%s)", [self.text])
+                self.finish.wait(10)
+                if self.fail:
+                    raise RuntimeError("rolled back")
+        except Exception as exc:
+            self.error = exc
+        finally:
+            connections["writer"].close()
+            self.began.set()
+
+
+def _notes(path: Path) -> list[str]:
+    wrapper = _wrapper(path, alias="reader")
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT text FROM notes ORDER BY rowid")
+        rows = [row[0] for row in cursor.fetchall()]
+    wrapper.close()
+    return rows
+
+
+@pytest.fixture
+def notes(path: Path) -> Path:
+    wrapper = _wrapper(path)
+    with wrapper.cursor() as cursor:
+        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper.close()
+    return path
+
+
+def test_a_writer_waits_for_the_one_writing_and_goes_when_it_commits(notes: Path):
+    first, second = _Writer(notes, "first"), _Writer(notes, "second")
+    first.start()
+    assert first.began.wait(5)
+    writer_lock = base._shared(str(notes)).writer
+    # The file's writer lock is held while a transaction is open; the second
+    # writer queues on it (SQLite's own wait retries at growing intervals).
+    assert writer_lock.locked()
+    second.start()
+    assert not second.began.wait(0.3)
+    first.finish.set()
+    assert second.began.wait(5)
+    second.finish.set()
+    for writer in (first, second):
+        writer.join(10)
+        assert writer.error is None
+    assert not writer_lock.locked()
+    assert _notes(notes) == ["first", "second"]
+
+
+def test_a_rollback_lets_the_next_writer_go(notes: Path):
+    first, second = _Writer(notes, "first"), _Writer(notes, "second")
+    first.fail = True
+    first.start()
+    assert first.began.wait(5)
+    second.start()
+    first.finish.set()
+    assert second.began.wait(5)
+    second.finish.set()
+    first.join(10)
+    second.join(10)
+    assert str(first.error) == "rolled back"
+    assert second.error is None
+    assert not base._shared(str(notes)).writer.locked()
+    assert _notes(notes) == ["second"]
+
+
+def test_a_writer_that_waits_past_the_timeout_is_told_the_database_is_locked(notes: Path):
+    first = _Writer(notes, "first")
+    late = _Writer(notes, "late", timeout=0.2)
+    first.start()
+    assert first.began.wait(5)
+    late.start()
+    late.join(5)
+    assert str(late.error) == "database is locked"
+    first.finish.set()
+    first.join(10)
+    assert _notes(notes) == ["first"]
