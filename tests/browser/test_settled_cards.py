@@ -173,3 +173,28 @@ def test_an_empty_chat_suggests_what_its_agent_can_do(page, alice_api):
     run = page.get_by_test_id("run").first
     wait_run(run, "completed")
     expect(run.get_by_test_id("assistant-message").last).to_contain_text("84")
+
+
+def test_an_entry_being_edited_keeps_its_focus_and_text_when_the_drawer_reloads(page, alice_api):
+    session = alice_api.new_session("Memory reload")
+    open_chat(page, session)
+    wait_run(send(page, "remember my favourite colour is green"), "completed")
+    page.get_by_test_id("memory-toggle").click()
+    entries = page.get_by_test_id("memory-session").get_by_test_id("memory-entry")
+    expect(entries).to_have_count(1)
+    entry = entries.filter(has_text="favourite colour")
+    entry.get_by_test_id("memory-edit").click()
+    box = entry.get_by_test_id("memory-edit-input")
+    box.fill("blue and")
+    expect(box).to_be_focused()
+
+    # Another run of the chat remembers something else: the drawer reloads.
+    run = alice_api.start_run(session, "remember my favourite food is pizza")
+    alice_api.wait_run(run["id"], {"completed"})
+    expect(entries).to_have_count(2)
+
+    expect(box).to_be_focused()
+    expect(box).to_have_value("blue and")
+    box.press("End")
+    box.press_sequentially(" teal")
+    expect(box).to_have_value("blue and teal")

@@ -45,8 +45,16 @@ function renderList(listEl, entries, emptyText) {
   // An entry being edited is kept as it is: a refresh must not throw away what the
   // user typed (a save then meets the newer version and says so).
   const editing = new Map(Array.from(listEl.querySelectorAll(".memory-entry.is-editing"), (li) => [li.dataset.entryId, li]));
+  // Moving an element takes the focus off it: the field being typed in gets it back,
+  // with its caret where it was.
+  const focused = listEl.contains(document.activeElement) ? document.activeElement : null;
+  const caret = focused && "selectionStart" in focused ? [focused.selectionStart, focused.selectionEnd] : null;
   listEl.replaceChildren(...entries.map((entry) => editing.get(entry.id) || entryItem(entry)));
   if (!entries.length) listEl.append(el("li", { class: "muted memory-empty" }, emptyText));
+  if (focused && focused.isConnected && document.activeElement !== focused) {
+    focused.focus({ preventScroll: true });
+    if (caret) focused.setSelectionRange(...caret);
+  }
 }
 
 function writer(entry) {
