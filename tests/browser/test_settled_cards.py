@@ -1,8 +1,8 @@
 """What the chat does once a person acted, in a real browser: focus stays on the card
 they settled (not the top of the page), a question's card keeps its answer (after a
 reload too), a composer error goes with its cause, the memory drawer shows the
-entry as it is after a conflict and refuses an empty value, and an empty chat
-suggests what its own agent can do."""
+entry as it is after a conflict, refuses an empty value and keeps an edit under way
+through a reload, and an empty chat suggests what its own agent can do."""
 
 from __future__ import annotations
 
