@@ -110,6 +110,15 @@ def close_idle() -> None:
         shared.close_idle()
 
 
+def _as_opened(conn: _Connection) -> bool:
+    """Whether the connection still checks foreign keys, as it was opened to (a
+    schema change that failed halfway can leave them off)."""
+    try:
+        return bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     transaction_mode: str | None  # Django's, from OPTIONS
     max_idle = 0
@@ -197,6 +206,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             and not conn.in_transaction
             and not self.in_atomic_block
             and not self.errors_occurred
+            and _as_opened(conn)
             and _shared(path).give(conn, self.max_idle)
         ):
             return

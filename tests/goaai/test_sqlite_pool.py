@@ -269,3 +269,14 @@ def test_a_writer_that_waits_past_the_timeout_is_told_the_database_is_locked(not
     first.finish.set()
     first.join(10)
     assert _notes(notes) == ["first"]
+
+
+def test_a_connection_left_without_foreign_key_checks_is_not_kept(path: Path):
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    # What a schema change that failed before turning them back on leaves behind.
+    wrapper.disable_constraint_checking()
+    wrapper.close()
+    again = _raw(_wrapper(path))
+    assert again is not raw
+    assert again.execute("PRAGMA foreign_keys").fetchone()[0] == 1
