@@ -33,6 +33,15 @@ def _raw(wrapper: DatabaseWrapper) -> Any:
     return wrapper.connection
 
 
+def _with_notes(path: Path) -> tuple[DatabaseWrapper, Any]:
+    """A connection to ``path`` that made its table of notes, and its raw connection."""
+    wrapper = _wrapper(path)
+    raw = _raw(wrapper)
+    with wrapper.cursor() as cursor:
+        cursor.execute("CREATE TABLE notes (text TEXT)")
+    return wrapper, raw
+
+
 @pytest.fixture
 def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("GOAAI_TEST_POOL_DB", raising=False)
@@ -43,10 +52,7 @@ def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_connection_closed_between_requests_serves_the_next_thread(path: Path):
-    first = _wrapper(path)
-    raw = _raw(first)
-    with first.cursor() as cursor:
-        cursor.execute("CREATE TABLE notes (text TEXT)")
+    first, raw = _with_notes(path)
     first.close()
 
     found: dict[str, Any] = {}
@@ -70,10 +76,7 @@ def test_a_connection_closed_between_requests_serves_the_next_thread(path: Path)
 
 
 def test_a_connection_closed_in_a_transaction_is_closed_not_kept(path: Path):
-    wrapper = _wrapper(path)
-    raw = _raw(wrapper)
-    with wrapper.cursor() as cursor:
-        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper, raw = _with_notes(path)
     wrapper.set_autocommit(False)
     with wrapper.cursor() as cursor:
         cursor.execute("INSERT INTO notes VALUES ('not committed')")
@@ -92,10 +95,7 @@ def test_a_connection_whose_statement_failed_is_not_kept(path: Path):
 
 
 def test_a_file_made_again_at_the_same_path_gets_a_new_connection(path: Path):
-    wrapper = _wrapper(path)
-    raw = _raw(wrapper)
-    with wrapper.cursor() as cursor:
-        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper, raw = _with_notes(path)
     wrapper.close()
     for leftover in path.parent.glob("db.sqlite3*"):
         leftover.unlink()
@@ -214,9 +214,7 @@ def _notes(path: Path) -> list[str]:
 
 @pytest.fixture
 def notes(path: Path) -> Path:
-    wrapper = _wrapper(path)
-    with wrapper.cursor() as cursor:
-        cursor.execute("CREATE TABLE notes (text TEXT)")
+    wrapper, _ = _with_notes(path)
     wrapper.close()
     return path
 
