@@ -27,7 +27,8 @@ RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 1.0)
 
 def retrying(call: Callable[[], T], *, what: str, delays: Sequence[float] = RETRY_DELAYS) -> T:
     """``call()``, made again after each wait of ``delays`` while the database
-    answers with an ``OperationalError``; the last error is raised as it was."""
+    answers with an ``OperationalError``; the last error is raised as it was.
+    Nothing is retried inside a transaction of the default database."""
     if connection.in_atomic_block:
         return call()
 

@@ -26,16 +26,21 @@ from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base
 from psycopg_pool import ConnectionPool
 
-_READABLE = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
+
+def _spoke(fileno: int) -> bool:
+    """Whether the socket has something to read (or has been closed)."""
+    if not hasattr(select, "poll"):  # Windows: its select() takes any socket
+        return bool(select.select([fileno], [], [fileno], 0)[0])
+    poller = select.poll()
+    poller.register(fileno, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
 
 
 def check_connection(conn: psycopg.Connection[Any]) -> None:
     """The pool's check of a connection it hands out: raises if it is unusable."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    poller = select.poll()
-    poller.register(conn.fileno(), _READABLE)
-    if poller.poll(0):
+    if _spoke(conn.fileno()):
         ConnectionPool.check_connection(conn)
 
 

@@ -7,11 +7,13 @@ some forty SQL functions registered and sqlite-vec looked for, about a fifth of 
 server's CPU time when fifty chats stream at once (bench/capacity.py). Here a
 connection closed outside a transaction is kept, up to
 ``OPTIONS["pool"]["max_idle"]`` of them per database file, and handed to the next
-thread that connects, with its pragmas and functions in place. Neither Django nor a
-maintained package pools SQLite connections. A kept connection is handed out only
-to the process that opened it (a forked worker opens its own) and only while the
-file it was opened on is still the file at that path: one deleted or replaced (a
-test database made again) is closed instead. ``{"pool": false}`` turns this off.
+thread that connects with the same options, with its pragmas and functions in place.
+Neither Django nor a maintained package pools SQLite connections. A connection is
+kept only in the process that opened it (a forked worker opens its own), outside a
+transaction, still checking foreign keys, and with the cursors made on it closed (a
+half-read one would hold an old snapshot); it is handed out only while the file it
+was opened on is still the file at that path: one deleted or replaced (a test
+database made again) is closed instead. ``{"pool": false}`` turns this off.
 
 **Writers queued.** SQLite lets one transaction write at a time; goaai begins every
 transaction ``IMMEDIATE``, so each takes that lock first. A connection that finds
@@ -21,7 +23,8 @@ the lock is free: with fifty runs writing at once, a transaction that held the l
 of one process queue for the database file on a lock of their own before they
 begin, and the next one goes as soon as the last commits or rolls back; SQLite's
 own wait still arbitrates between processes. A thread that waits longer than the
-connection's ``timeout`` gets SQLite's "database is locked".
+connection's ``timeout`` gets SQLite's "database is locked"; a connection dropped
+in a transaction frees the lock when it is collected, as SQLite frees its own.
 
 An in-memory database is left as Django has it (Django never closes one).
 """
@@ -32,6 +35,7 @@ import atexit
 import os
 import sqlite3
 import threading
+import weakref
 from typing import Any
 
 from django.db import OperationalError
@@ -44,10 +48,33 @@ DEFAULT_TIMEOUT = 5.0
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that remembers the file it was opened on (and takes what other
-    apps note on it, such as ``vectors_equipped``)."""
+    """A connection that remembers the file and the process it was opened in, and
+    the cursors Django made on it (and takes what other apps note on it, such as
+    ``vectors_equipped``)."""
 
     file: tuple[int, int] | None = None
+    # The options it was opened with: handed only to a wrapper with the same.
+    options = ""
+    pid = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pid = os.getpid()
+        self.cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
+
+    def reusable(self) -> bool:
+        """Whether the next thread may have it: this process's, with no transaction,
+        checking foreign keys as opened (a schema change that failed halfway can
+        leave them off). Its cursors are closed, so that one still reading (a
+        half-read iterator) neither holds an old snapshot nor reads on."""
+        if self.pid != os.getpid() or self.file is None or self.in_transaction:
+            return False
+        for cursor in list(self.cursors):
+            cursor.close()
+        try:
+            return bool(self.execute("PRAGMA foreign_keys").fetchone()[0])
+        except sqlite3.Error:
+            return False
 
 
 class _File:
@@ -59,11 +86,12 @@ class _File:
         self.idle: list[_Connection] = []
         self.writer = threading.Lock()
 
-    def take(self, file: tuple[int, int]) -> _Connection | None:
+    def take(self, file: tuple[int, int], options: str) -> _Connection | None:
         with self.lock:
             stale = [c for c in self.idle if c.file != file]
             self.idle = [c for c in self.idle if c.file == file]
-            conn = self.idle.pop() if self.idle else None
+            matching = [i for i, c in enumerate(self.idle) if c.options == options]
+            conn = self.idle.pop(matching[-1]) if matching else None
         for old in stale:
             old.close()
         return conn
@@ -92,6 +120,16 @@ def _shared(path: str) -> _File:
         return _files.setdefault(key, _File())
 
 
+def _forked() -> None:
+    # A child forked while another thread held these starts with its own; what the
+    # parent kept is the parent's (never handed out here, never closed here).
+    global _files, _files_lock
+    _files, _files_lock = {}, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         found = os.stat(path)
@@ -110,21 +148,17 @@ def close_idle() -> None:
         shared.close_idle()
 
 
-def _as_opened(conn: _Connection) -> bool:
-    """Whether the connection still checks foreign keys, as it was opened to (a
-    schema change that failed halfway can leave them off)."""
-    try:
-        return bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
-    except sqlite3.Error:
-        return False
-
-
 class DatabaseWrapper(base.DatabaseWrapper):
     transaction_mode: str | None  # Django's, from OPTIONS
+    init_commands: list[str]  # Django's, from OPTIONS["init_command"]
     max_idle = 0
     lock_wait = DEFAULT_TIMEOUT
-    # The writer lock this connection holds, between its BEGIN and its end.
+    options = ""
+    # The writer lock this connection holds, between its BEGIN and its end, and
+    # what frees it should the wrapper be dropped in a transaction (as SQLite's own
+    # lock goes with a connection that is collected).
     _writing: threading.Lock | None = None
+    _freeing: weakref.finalize[Any, Any] | None = None
 
     def get_connection_params(self) -> dict[str, Any]:
         params: dict[str, Any] = super().get_connection_params()
@@ -134,6 +168,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         else:
             self.max_idle = MAX_IDLE if pool else 0
         self.lock_wait = float(params.get("timeout", DEFAULT_TIMEOUT))
+        self.options = repr((sorted(params.items()), self.init_commands))
         params["factory"] = _Connection
         return params
 
@@ -148,13 +183,20 @@ class DatabaseWrapper(base.DatabaseWrapper):
         path = self._file_path() if self.max_idle else None
         file = _identity(path) if path is not None else None
         if path is not None and file is not None:
-            kept = _shared(path).take(file)
+            kept = _shared(path).take(file, self.options)
             if kept is not None:
                 return kept
         conn = super().get_new_connection(conn_params)
         if path is not None:
             conn.file = file or _identity(path)
+            conn.options = self.options
         return conn
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        cursor = super().create_cursor(name)
+        if isinstance(self.connection, _Connection):
+            self.connection.cursors.add(cursor)
+        return cursor
 
     # Writers queued
 
@@ -167,6 +209,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if not writer.acquire(timeout=self.lock_wait):
             raise OperationalError("database is locked")
         self._writing = writer
+        self._freeing = weakref.finalize(self, writer.release)
         try:
             super()._start_transaction_under_autocommit()  # type: ignore[misc]
         except BaseException:
@@ -174,15 +217,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raise
 
     def _done_writing(self) -> None:
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.release()
+        freeing, self._freeing, self._writing = self._freeing, None, None
+        if freeing is not None:
+            freeing()
 
     def _commit(self) -> None:
-        try:
-            super()._commit()  # type: ignore[misc]
-        finally:
-            self._done_writing()
+        super()._commit()  # type: ignore[misc]
+        # A commit that failed leaves the transaction open: the rollback (or the
+        # close) that follows it frees the lock.
+        self._done_writing()
 
     def _rollback(self) -> None:
         try:
@@ -202,11 +245,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if (
             path is not None
             and isinstance(conn, _Connection)
-            and conn.file is not None
-            and not conn.in_transaction
             and not self.in_atomic_block
-            and not self.errors_occurred
-            and _as_opened(conn)
+            and conn.reusable()
             and _shared(path).give(conn, self.max_idle)
         ):
             return

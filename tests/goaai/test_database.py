@@ -27,7 +27,9 @@ def _refused(times: int, error: type[Exception] = OperationalError):
     return call, calls
 
 
-def test_work_refused_twice_is_done_on_the_third_attempt_on_a_new_connection(monkeypatch):
+def test_work_refused_twice_is_done_on_the_third_attempt_after_giving_up_its_connection(
+    monkeypatch,
+):
     call, calls = _refused(2)
     close_all = database.connections.close_all
     closed: list[int] = []
