@@ -13,11 +13,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
 # Build the Django application before anything imports models (Channels' advice).
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-
 from goaai.body_limit import BodyLimit  # noqa: E402
 from runs_app.mcp.app import application as mcp_application  # noqa: E402
-from sessions_app.api.authentication import WebSocketTokenMiddleware  # noqa: E402
+from sessions_app.api.authentication import websocket_auth  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 # The MCP server (runs_app.mcp) answers /mcp itself; everything else is Django's.
@@ -38,9 +36,7 @@ application = ProtocolTypeRouter(
     {
         "http": http_application,
         # Origins are checked by the consumers, which close with a documented code.
-        "websocket": AuthMiddlewareStack(
-            WebSocketTokenMiddleware(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": websocket_auth(URLRouter(websocket_urlpatterns)),
     }
 )
 

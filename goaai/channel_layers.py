@@ -23,8 +23,10 @@ UPKEEP_SECONDS = 1.0
 
 
 class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
-    """channels' in-memory layer, with expiry looked for at most once a second and
-    one copy of a group message shared by all its members.
+    """channels' in-memory layer, with expiry looked for at most once a second, one
+    copy of a group message shared by all its members, and a channel's queue kept
+    while someone receives from it (channels' drops it each time it is emptied and
+    makes a new one for the next message: two queues per message and subscriber).
 
     Receivers treat a message as read-only (goaai's consumers and streams do): a
     group's members are handed the same copy, taken when it is sent, so that the
@@ -34,6 +36,8 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._upkept = float("-inf")
+        # Channels with a receive waiting, and how many.
+        self._receiving: dict[str, int] = {}
 
     def _clean_expired(self) -> None:
         now = time.monotonic()
@@ -41,6 +45,27 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
             return
         self._upkept = now
         super()._clean_expired()
+        # An empty queue nobody waits on belongs to a consumer that has gone (or is
+        # handling a message, and gets a new queue from its next receive).
+        for channel, queue in list(self.channels.items()):
+            if queue.empty() and channel not in self._receiving:
+                del self.channels[channel]
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        self.require_valid_channel_name(channel)
+        self._clean_expired()
+        queue = self.channels.get(channel)
+        if queue is None:
+            queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
+        self._receiving[channel] = self._receiving.get(channel, 0) + 1
+        try:
+            item: tuple[float, dict[str, Any]] = await queue.get()
+        finally:
+            if self._receiving[channel] == 1:
+                del self._receiving[channel]
+            else:
+                self._receiving[channel] -= 1
+        return item[1]
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         if not isinstance(message, dict):

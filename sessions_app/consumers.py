@@ -4,13 +4,18 @@ README ("Live updates")."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 
 from goaai.api.fields import nested_deeper_than
 from goaai.api.parsers import MAX_JSON_DEPTH
@@ -51,6 +56,41 @@ class _Consumer(AsyncWebsocketConsumer):
     # The session whose events the socket streams (None for the session list).
     watched: UUID | None = None
     ended = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # channels' AsyncConsumer.__call__, with the messages of the client and of
+        # the channel layer each read by a task of its own for the socket's life.
+        # channels makes a task and waits on both sources anew for every message: for
+        # a session followed by 500 sockets, 500 tasks and waits per message, as much
+        # as the rest of handing it to a subscriber. Messages are still handled one
+        # at a time, in the order they arrive.
+        self.scope = scope
+        self.base_send = send
+        sources = [receive]
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+            sources.append(self.channel_receive)
+        one_at_a_time = asyncio.Lock()
+
+        async def pump(source: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+            while True:
+                message = await source()
+                async with one_at_a_time:
+                    await self.dispatch(message)
+
+        pumps = [asyncio.ensure_future(pump(source)) for source in sources]
+        try:
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            for finished in done:
+                finished.result()  # StopConsumer once disconnected, or a handler's error
+        except StopConsumer:
+            pass
+        finally:
+            for each in pumps:
+                each.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # channels closes the thread's stale database connections before handling
@@ -139,9 +179,10 @@ class _Consumer(AsyncWebsocketConsumer):
             await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
     async def send_text(self, text: str) -> None:
-        """A frame already encoded (once for all the group's sockets)."""
+        """A frame already encoded (once for all the group's sockets), handed
+        straight to the server."""
         if not self.ended:
-            await self.send(text_data=text)
+            await self.base_send({"type": "websocket.send", "text": text})
 
     async def error(self, code: str, detail: str) -> None:
         await self.send_frame({"type": "error", "code": code, "detail": detail})

@@ -202,6 +202,58 @@ async def test_messages_still_expire(monkeypatch):
     assert GROUP not in layer.groups or channel not in layer.groups[GROUP]
 
 
+async def test_a_channels_queue_is_kept_while_it_is_received_from(layer):
+    channel = await layer.new_channel()
+    await layer.group_add(GROUP, channel)
+    await layer.group_send(GROUP, {"type": "x", "n": 1})
+    queue = layer.channels[channel]
+    assert (await layer.receive(channel))["n"] == 1
+    # Emptied, it stays for the next message (channels' layer made a new one).
+    assert layer.channels[channel] is queue
+    await layer.group_send(GROUP, {"type": "x", "n": 2})
+    assert layer.channels[channel] is queue
+    assert (await layer.receive(channel))["n"] == 2
+
+
+async def test_an_empty_queue_nobody_receives_from_goes_at_the_next_upkeep(layer, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("goaai.channel_layers.time.monotonic", lambda: now[0])
+    waiting, gone, holding = [await layer.new_channel() for _ in range(3)]
+    for channel in (waiting, gone, holding):
+        await layer.group_add(GROUP, channel)
+    await layer.group_send(GROUP, {"type": "x", "n": 1})
+    await layer.receive(waiting)
+    await layer.receive(gone)  # and then its socket closed
+    receiving = asyncio.ensure_future(layer.receive(waiting))
+    await asyncio.sleep(0)
+
+    now[0] += UPKEEP_SECONDS
+    await layer.group_send(OTHER_GROUP, {"type": "to nobody"})  # upkeep runs
+    assert gone not in layer.channels
+    assert waiting in layer.channels
+    assert holding in layer.channels
+    # Nothing is lost: the one waiting gets the next message, and a queue dropped
+    # while its consumer was busy is made again for the message after.
+    await layer.group_send(GROUP, {"type": "x", "n": 2})
+    assert (await asyncio.wait_for(receiving, 1))["n"] == 2
+    assert [(await layer.receive(holding))["n"] for _ in range(2)] == [1, 2]
+    assert (await layer.receive(gone))["n"] == 2
+
+
+async def test_a_receive_cancelled_leaves_no_one_waiting_on_its_channel(layer):
+    channel = await layer.new_channel()
+    first = asyncio.ensure_future(layer.receive(channel))
+    second = asyncio.ensure_future(layer.receive(channel))
+    await asyncio.sleep(0)
+    assert layer._receiving == {channel: 2}
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    assert layer._receiving == {channel: 1}
+    await layer.send(channel, {"type": "x"})
+    assert await asyncio.wait_for(second, 1) == {"type": "x"}
+    assert layer._receiving == {}
+
+
 # Reading the checkpoints again
 
 
