@@ -23,14 +23,12 @@ import asyncio
 import datetime as dt
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
+from uuid import UUID
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fanout import setup_database
 
 
 def arguments() -> argparse.Namespace:
@@ -39,31 +37,6 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=100, help="messages per case and round")
     parser.add_argument("--rounds", type=int, default=3)
     return parser.parse_args()
-
-
-def setup(folder: str) -> tuple[str, Any]:
-    """The API token and the session the sockets follow."""
-    os.environ.update(
-        DATABASE_URL=f"sqlite:///{folder}/bench.sqlite3",
-        DJANGO_SETTINGS_MODULE="goaai.settings",
-        LOG_LEVEL="WARNING",
-        DEBUG="0",
-        GOAAI_REAPER_INTERVAL="0",
-    )
-    os.environ.pop("REDIS_URL", None)
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
-    from goaai.runtime import rt
-    from sessions_app.services import api_token_create
-
-    call_command("migrate", verbosity=0)
-    user = get_user_model().objects.create_user("sockets", password=None)
-    _, token = api_token_create(user_id=user.pk, name="sockets")
-    return token, rt.create_session(owner=user, agent="assistant", title="Sockets")
 
 
 class Server:
@@ -163,7 +136,7 @@ def bare_application() -> tuple[Any, Any]:
     return Bare.as_asgi(), channel_layers["bare"]
 
 
-async def measure(args: argparse.Namespace, token: str, session: Any) -> None:
+async def measure(args: argparse.Namespace, token: str, session: UUID) -> None:
     from channels.db import database_sync_to_async
     from channels.layers import get_channel_layer
 
@@ -171,17 +144,15 @@ async def measure(args: argparse.Namespace, token: str, session: Any) -> None:
     from sessions_app.models import Session
     from sessions_app.publisher import Written, publisher, session_group
 
-    group = session_group(session.id)
-    seq = [
-        await database_sync_to_async(lambda: Session.objects.get(pk=session.id).last_event_seq)()
-    ]
+    group = session_group(session)
+    seq = [await database_sync_to_async(lambda: Session.objects.get(pk=session).last_event_seq)()]
 
     def step(size: int, side: str) -> dict[str, Any]:
         """The message of a step of ``size`` events; goaai's sockets take each event
         once, in order: their numbers go on from the last the session's sockets had."""
         now = dt.datetime.now(dt.UTC)
         events = [
-            Written(session.id, None, seq[0] + 1 + n, "usage", {"n": n}, now) for n in range(size)
+            Written(session, None, seq[0] + 1 + n, "usage", {"n": n}, now) for n in range(size)
         ]
         if side == "goaai":
             seq[0] += size
@@ -189,7 +160,7 @@ async def measure(args: argparse.Namespace, token: str, session: Any) -> None:
 
     goaai = Server(application, args.sockets)
     await goaai.open(
-        f"/ws/sessions/{session.id}/", [(b"authorization", f"Bearer {token}".encode())], True
+        f"/ws/sessions/{session}/", [(b"authorization", f"Bearer {token}".encode())], True
     )
     bare_app, bare_layer = bare_application()
     bare = Server(bare_app, args.sockets)
@@ -221,9 +192,11 @@ async def measure(args: argparse.Namespace, token: str, session: Any) -> None:
 
 def main() -> None:
     args = arguments()
+    # The reaper would look for runs to take up: there are none, and it only costs.
+    os.environ["GOAAI_REAPER_INTERVAL"] = "0"
     with tempfile.TemporaryDirectory(prefix="goaai-sockets-") as folder:
-        token, session = setup(folder)
-        asyncio.run(measure(args, token, session))
+        token, session = setup_database(f"sqlite:///{folder}/bench.sqlite3")
+        asyncio.run(measure(args, token, UUID(session)))
 
 
 if __name__ == "__main__":
