@@ -50,6 +50,7 @@ class Server:
         self.ready = [asyncio.Event() for _ in range(count)]
         self.expected = 0
         self.left = 0
+        self.greeted = True
         self.done = asyncio.Event()
         self.inboxes: list[asyncio.Queue[dict[str, Any]]] = []
         self.tasks: list[asyncio.Task[Any]] = []
@@ -57,6 +58,9 @@ class Server:
     def _send(self, index: int) -> Any:
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "websocket.accept":
+                # A consumer accepts once it has joined its groups.
+                if not self.greeted:
+                    self.ready[index].set()
                 return
             if message["type"] != "websocket.send":
                 raise RuntimeError(f"socket {index}: {message}")
@@ -73,7 +77,9 @@ class Server:
         return send
 
     async def open(self, path: str, headers: list[tuple[bytes, bytes]], greeted: bool) -> None:
-        """Connect every socket; ``greeted``: the consumer sends ``caught_up`` first."""
+        """Connect every socket, each ready once it takes the group's messages:
+        ``greeted``, after the consumer's ``caught_up``, else once it accepted."""
+        self.greeted = greeted
         for index in range(self.count):
             inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
             inbox.put_nowait({"type": "websocket.connect"})
@@ -91,8 +97,6 @@ class Server:
             self.inboxes.append(inbox)
             call = self.application(scope, inbox.get, self._send(index))
             self.tasks.append(asyncio.ensure_future(call))
-            if not greeted:
-                self.ready[index].set()
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in self.ready)), 120)
 
     async def close(self) -> None:
