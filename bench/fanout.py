@@ -3,7 +3,9 @@
 One daphne server (as ``make run`` starts it: SQLite, the thread executor, ``DEBUG``
 off; the in-memory channel layer, or with ``--redis`` the layer ``REDIS_URL`` selects)
 holds one session. Each round, a process of its own opens ``N`` WebSocket
-subscribers of that session (``/ws/sessions/<id>/``, authenticated by an API token),
+subscribers of that session (``/ws/sessions/<id>/?batch=1``, as the chat page asks:
+a step's events in one frame; ``--frames events`` for one frame per event, as a
+client that does not ask gets them; authenticated by an API token),
 waits until each has caught up, then posts a message whose answer streams word by
 word (the scripted model's story: about 150 words, plus the run's events) and reads
 every socket until the run has ended on each. Rounds alternate the subscriber
@@ -68,6 +70,13 @@ def arguments() -> argparse.Namespace:
         default="daphne",
         help="the ASGI server (uvicorn speaks WebSocket through the websockets package; "
         "the subscribers ask for no compression)",
+    )
+    parser.add_argument(
+        "--frames",
+        choices=["steps", "events"],
+        default="steps",
+        help="steps: the subscribers ask for a step's events in one frame (?batch=1, as "
+        "the chat page does); events: one frame per event (clients that do not ask)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the SQLite file and the log")
     return parser.parse_args()
@@ -182,10 +191,11 @@ class _Reader(asyncio.Protocol):
             return
         self.frames.append((arrived, payload))
         # The run's end: decoded at once only for a frame that may be one.
-        if b'"run.' in payload and self.run and not self.ended.done():
-            event = json.loads(payload).get("event") or {}
-            if event.get("type") in ENDED and event.get("run") == self.run[0]:
-                self.ended.set_result(None)
+        if not (b'"run.' in payload and self.run and not self.ended.done()):
+            return
+        events = _events(json.loads(payload))
+        if any(e.get("type") in ENDED and e.get("run") == self.run[0] for e in events):
+            self.ended.set_result(None)
 
     def _send(self, opcode: int, payload: bytes) -> None:
         """A client frame: masked, as clients must."""
@@ -214,19 +224,25 @@ class _Reader(asyncio.Protocol):
             if frame["type"] == "delta":
                 out.deltas += 1
                 continue
-            if frame["type"] != "event":
-                continue
-            event = frame["event"]
-            written = dt.datetime.fromisoformat(event["created_at"]).timestamp()
-            # The run's first events may come before its id reaches this process.
-            out.events.append((str(event.get("run")), int(event["seq"]), arrived - written))
-            out.types.append(event["type"])
+            for event in _events(frame):
+                written = dt.datetime.fromisoformat(event["created_at"]).timestamp()
+                # The run's first events may come before its id reaches this process.
+                out.events.append((str(event.get("run")), int(event["seq"]), arrived - written))
+                out.types.append(event["type"])
 
 
-def _handshake(port: int, session: str, token: str) -> bytes:
+def _events(frame: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events a frame holds: an ``events`` frame's list, an ``event`` frame's one."""
+    if frame["type"] == "events":
+        events: list[dict[str, Any]] = frame["events"]
+        return events
+    return [frame["event"]] if frame["type"] == "event" else []
+
+
+def _handshake(port: int, session: str, token: str, frames: str) -> bytes:
     key = base64.b64encode(os.urandom(16)).decode()
     lines = [
-        f"GET /ws/sessions/{session}/ HTTP/1.1",
+        f"GET /ws/sessions/{session}/{'?batch=1' if frames == 'steps' else ''} HTTP/1.1",
         f"Host: 127.0.0.1:{port}",
         "Upgrade: websocket",
         "Connection: Upgrade",
@@ -238,10 +254,16 @@ def _handshake(port: int, session: str, token: str) -> bytes:
 
 
 async def _follow(
-    port: int, session: str, token: str, ready: asyncio.Event, out: Subscriber, run: list[str]
+    port: int,
+    session: str,
+    token: str,
+    frames: str,
+    ready: asyncio.Event,
+    out: Subscriber,
+    run: list[str],
 ) -> None:
     loop = asyncio.get_running_loop()
-    reader = _Reader(_handshake(port, session, token), ready, run)
+    reader = _Reader(_handshake(port, session, token, frames), ready, run)
     await loop.create_connection(lambda: reader, "127.0.0.1", port)
     try:
         await reader.ended
@@ -250,7 +272,9 @@ async def _follow(
     reader.received(out)
 
 
-def subscribe(pipe: Connection, port: int, token: str, session: str, count: int) -> None:
+def subscribe(
+    pipe: Connection, port: int, token: str, session: str, count: int, frames: str
+) -> None:
     """Open ``count`` sockets, say so, learn the run to follow, read it to its end."""
     # The measuring process must not pause to collect garbage (its 500 sockets make
     # each full collection long): it lives for one round, and keeps what it makes.
@@ -262,7 +286,7 @@ def subscribe(pipe: Connection, port: int, token: str, session: str, count: int)
         run: list[str] = []
         tasks = []
         for i in range(count):
-            follow = _follow(port, session, token, readies[i], subscribers[i], run)
+            follow = _follow(port, session, token, frames, readies[i], subscribers[i], run)
             tasks.append(asyncio.create_task(follow))
             if i % 25 == 24:
                 await asyncio.sleep(0.05)  # connect in batches, as pages open
@@ -300,9 +324,11 @@ class Round:
     seconds: float
 
 
-def one_round(port: int, token: str, session: str, count: int, pid: int) -> Round:
+def one_round(port: int, token: str, session: str, count: int, pid: int, frames: str) -> Round:
     parent, child = multiprocessing.Pipe()
-    reader = multiprocessing.Process(target=subscribe, args=(child, port, token, session, count))
+    reader = multiprocessing.Process(
+        target=subscribe, args=(child, port, token, session, count, frames)
+    )
     reader.start()
     if not parent.poll(180) or parent.recv() != "ready":
         reader.kill()
@@ -402,7 +428,7 @@ def measure(args: argparse.Namespace, folder: Path, redis: str) -> list[Round]:
         for number in range(args.rounds):
             order = args.subscribers if number % 2 == 0 else list(reversed(args.subscribers))
             for count in order:
-                done = one_round(port, token, session, count, server.pid)
+                done = one_round(port, token, session, count, server.pid, args.frames)
                 rounds.append(done)
                 print(
                     f"round {number + 1}, {count:4d} subscribers: "
@@ -435,7 +461,8 @@ def main() -> None:
 def report(args: argparse.Namespace, rounds: list[Round]) -> None:
     layer = "RedisPubSubChannelLayer" if args.redis else "InMemoryChannelLayer"
     print(
-        f"\n{args.server}, {layer}, {args.rounds} rounds per count, all (event, subscriber) pairs pooled"
+        f"\n{args.server}, {layer}, frames of {'a step' if args.frames == 'steps' else 'an event'}, "
+        f"{args.rounds} rounds per count, all (event, subscriber) pairs pooled"
     )
     p99s = {}
     for count in args.subscribers:

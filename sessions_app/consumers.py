@@ -45,6 +45,9 @@ from sessions_app.streams import (
 # The largest frame a client may send (clients send only small control frames).
 MAX_CLIENT_FRAME = 16 * 1024
 CLOSE_BAD_REQUEST = 4400
+# With ``?batch=1``, the most events one ``events`` frame holds: a step's events
+# (committed together) go in one frame, a long backlog in frames of this many.
+MAX_EVENTS_PER_FRAME = 100
 
 
 class _Consumer(AsyncWebsocketConsumer):
@@ -218,7 +221,10 @@ class _Consumer(AsyncWebsocketConsumer):
 
 
 class SessionConsumer(_Consumer):
-    """``/ws/sessions/<id>/?after=N``: the session's events after N, then live."""
+    """``/ws/sessions/<id>/?after=N``: the session's events after N, then live;
+    ``&batch=1`` asks for the events in ``events`` frames (see :meth:`send_events`)."""
+
+    batched = False
 
     async def connect(self) -> None:
         user = await self.admit()
@@ -234,6 +240,11 @@ class SessionConsumer(_Consumer):
         if after is None:
             await self.end(CLOSE_BAD_REQUEST, ("invalid_after", "after is a non-negative integer."))
             return
+        batch = (query.get("batch") or ["0"])[0]
+        if batch not in ("0", "1"):
+            await self.end(CLOSE_BAD_REQUEST, ("invalid_batch", "batch is 0 or 1."))
+            return
+        self.batched = batch == "1"
         # Join before reading: an event committed after the read is then published
         # to this socket; one that comes both ways is dropped by its sequence number.
         await self.join(session_group(session_id))
@@ -262,15 +273,20 @@ class SessionConsumer(_Consumer):
     async def send_events(
         self, events: list[dict[str, Any]], encoded: dict[int, str] | None = None
     ) -> None:
-        """Send ``events``, each around the JSON ``encoded`` holds for its number if
-        it holds one (events published live), else encoded here (events read back)."""
+        """Send ``events``, each as the JSON ``encoded`` holds for its number if it
+        holds one (events published live, encoded once for the group), else encoded
+        here (events read back): one ``event`` frame each, or with ``?batch=1``
+        ``events`` frames of up to :data:`MAX_EVENTS_PER_FRAME` (a step's events, which
+        arrive together, in one)."""
         self.stitcher.observe(events)
-        for event in events:
-            text = encoded.get(event["seq"]) if encoded else None
-            if text is not None:
+        texts = [_encoded(event, encoded) for event in events]
+        if self.batched:
+            for start in range(0, len(texts), MAX_EVENTS_PER_FRAME):
+                joined = ",".join(texts[start : start + MAX_EVENTS_PER_FRAME])
+                await self.send_text(f'{{"type":"events","events":[{joined}]}}')
+        else:
+            for text in texts:
                 await self.send_text(f'{{"type":"event","event":{text}}}')
-            else:
-                await self.send_frame({"type": "event", "event": event})
 
     async def send_checkpoints(self) -> None:
         """Fill a hole in a turn's streamed text from its checkpoint, if one is held."""
@@ -304,6 +320,11 @@ class SessionConsumer(_Consumer):
                 for frame in frames:
                     await self.send_frame(frame)
             await self.send_checkpoints()
+
+
+def _encoded(event: dict[str, Any], encoded: dict[int, str] | None) -> str:
+    text = encoded.get(event["seq"]) if encoded else None
+    return text if text is not None else json.dumps(event, separators=(",", ":"))
 
 
 class SessionListConsumer(_Consumer):

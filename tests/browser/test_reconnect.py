@@ -90,6 +90,12 @@ def test_catch_up_after_the_server_restarts(page, alice_api, goaai_server):
     afters = _socket_afters(page, session_id)
     assert afters[0] == 0
     assert afters[-1] == seen
+    # It asks for events in frames of several (a step's events in one): the live
+    # run's on the first socket, the missed runs' backlog on the last.
+    chat = [s for s in sockets(page) if urlparse(s["url"]).path == f"/ws/sessions/{session_id}/"]
+    assert {parse_qs(urlparse(s["url"]).query)["batch"][0] for s in chat} == {"1"}
+    assert "events" in chat[0]["frames"]
+    assert "events" in chat[-1]["frames"]
 
     # A reload shows the same conversation.
     page.reload()

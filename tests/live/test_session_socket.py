@@ -396,6 +396,136 @@ async def test_a_gap_larger_than_max_live_gap_asks_the_client_to_resync(
     assert await closed_with(socket) == 4409
 
 
+# Frames of several events (?batch=1): the same events in the same order, a step's
+# events (committed and published together) in one frame, the backlog in frames of
+# at most MAX_EVENTS_PER_FRAME; deltas, caught_up and control frames unchanged.
+
+
+async def batched_until_caught_up(socket: WebsocketCommunicator) -> tuple[list[list[Any]], int]:
+    """The ``events`` frames' lists before ``caught_up``, and the seq it names."""
+    batches = []
+    while True:
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+        if frame["type"] == "caught_up":
+            return batches, frame["seq"]
+        assert frame["type"] == "events", frame
+        batches.append(frame["events"])
+
+
+async def batched_until_run_ends(
+    socket: WebsocketCommunicator,
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The ``events`` frames' lists and the deltas, up to the run's end."""
+    batches, deltas = [], []
+    while True:
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+        if frame["type"] == "delta":
+            deltas.append(frame)
+            continue
+        assert frame["type"] == "events", frame
+        assert "event" not in frame
+        batches.append(frame["events"])
+        if any(event["type"] == "run.completed" for event in frame["events"]):
+            return batches, deltas
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_backlog_comes_in_events_frames_then_caught_up(open_socket, session, auth):
+    socket = await open_socket(url(session, "batch=1"), auth)
+
+    batches, caught_up = await batched_until_caught_up(socket)
+
+    log = await stored(session)
+    assert batches == [log]  # 15 events: one frame
+    assert caught_up == 15
+    await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_long_backlog_is_split_into_frames_of_the_most_a_frame_holds(
+    open_socket, session, auth, monkeypatch
+):
+    monkeypatch.setattr("sessions_app.consumers.MAX_EVENTS_PER_FRAME", 4)
+    socket = await open_socket(url(session, "after=2&batch=1"), auth)
+
+    batches, caught_up = await batched_until_caught_up(socket)
+
+    log = await stored(session, 2)
+    assert [len(batch) for batch in batches] == [4, 4, 4, 1]
+    assert [event for batch in batches for event in batch] == log
+    assert caught_up == 15
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_s_steps_arrive_one_frame_each_in_order_exactly_as_stored(
+    open_socket, session, auth
+):
+    socket = await open_socket(url(session, "batch=1"), auth)
+    await batched_until_caught_up(socket)
+
+    await start(session)
+    batches, deltas = await batched_until_run_ends(socket)
+
+    live = [event for batch in batches for event in batch]
+    assert live == await stored(session, 15)
+    # Fewer frames than events: the steps that record several events came whole
+    # (the answer's end: turn.completed, message.completed, usage, run.completed).
+    assert len(batches) < len(live)
+    assert [event["type"] for event in batches[-1]][-1] == "run.completed"
+    assert len(batches[-1]) > 1
+    # The answer still streams as deltas before the message that completes it.
+    completed = next(e for e in live if e["type"] == "message.completed")
+    assert "".join(d["text"] for d in deltas) == completed["data"]["text"]
+    assert await socket.receive_nothing(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_events_after_a_gap_come_in_order_with_the_missing_ones(
+    open_socket, session, auth, monkeypatch
+):
+    socket = await open_socket(url(session, "batch=1"), auth)
+    _, last = await batched_until_caught_up(socket)
+    # Three changes whose live messages are lost (as a full channel would lose them).
+    monkeypatch.setattr(eventlog, "publish_events", lambda events, owner_id=None: None)
+    for title in ("one", "two", "three"):
+        await database_sync_to_async(session_update)(session_id=session, title=title)
+    missed = await stored(session, last)
+
+    await publish(session, [missed[2], missed[0]])
+    received = []
+    while len(received) < len(missed):
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+        assert frame["type"] == "events"
+        received += frame["events"]
+
+    assert received == missed
+    await publish(session, [missed[1]])  # a late copy: a duplicate by then
+    await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_batch_0_or_absent_is_one_event_frame_per_event(open_socket, session, auth):
+    for query in ("batch=0", ""):
+        socket = await open_socket(url(session, query), auth)
+        frames = [await socket.receive_json_from(timeout=TIMEOUT) for _ in range(16)]
+
+        assert [frame["type"] for frame in frames] == ["event"] * 15 + ["caught_up"], query
+        assert [frame["event"] for frame in frames[:15]] == await stored(session)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("value", ["2", "yes", "true", "1 ", "%C2%B9"])
+async def test_any_other_batch_is_an_error_frame_and_close_4400(
+    open_socket, session: UUID, auth, value
+):
+    socket = await open_socket(url(session, f"batch={value}"), auth)
+
+    frame = await socket.receive_json_from(timeout=TIMEOUT)
+
+    assert (frame["type"], frame["code"]) == ("error", "invalid_batch")
+    assert await closed_with(socket) == 4400
+
+
 # Token deltas
 
 

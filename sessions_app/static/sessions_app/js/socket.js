@@ -1,5 +1,6 @@
 // The chat's live stream: one WebSocket that asks for every event after the last seq
-// the page applied (?after=N), then gets live events and token deltas. It pings
+// the page applied (?after=N), then gets live events and token deltas; the events
+// come in frames of several (&batch=1: a step's events in one frame). It pings
 // every 25 s, reconnects with backoff, and keeps the banner saying connected,
 // reconnecting (attempt n) or offline.
 import { $, el } from "./dom.js";
@@ -30,7 +31,7 @@ function connect() {
   const after = socket.after ?? stream.lastSeen();
   socket.after = null;
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${scheme}//${window.location.host}${stream.path}?after=${after}`);
+  const ws = new WebSocket(`${scheme}//${window.location.host}${stream.path}?after=${after}&batch=1`);
   socket.ws = ws;
   ws.addEventListener("message", (message) => {
     let frame;
@@ -46,6 +47,9 @@ function connect() {
 
 function onFrame(frame) {
   switch (frame.type) {
+    case "events":
+      for (const event of frame.events) stream.onEvent(event);
+      break;
     case "event":
       stream.onEvent(frame.event);
       break;
