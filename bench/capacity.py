@@ -3,9 +3,10 @@
 One daphne server (as ``make run`` starts it: SQLite, the in-memory channel layer,
 the thread executor, ``DEBUG`` off) talks to a model provider on 127.0.0.1 that
 takes 2 s to stream every answer (bench/slow_provider.py). A chat is a user with a
-session open on its event stream (``GET /api/v1/sessions/<id>/events/stream/``)
-who posts a message (``POST /api/v1/sessions/<id>/runs/``) and waits for the run's
-end on the stream. Each round times one chat alone, then ``--chats`` chats of as
+session open on its live stream, a WebSocket as the chat page opens it
+(``/ws/sessions/<id>/?batch=1``; ``--stream sse`` for the Server-Sent Events of
+``GET /api/v1/sessions/<id>/events/stream/``), who posts a message (``POST
+/api/v1/sessions/<id>/runs/``) and waits for the run's end on the stream. Each round times one chat alone, then ``--chats`` chats of as
 many users started at once (from the first POST until the last run ended), while
 another user's client requests the sessions list, a session and ``/healthz`` in a
 loop from a process of its own; the same pages are timed with the server idle in
@@ -19,6 +20,7 @@ the database.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import math
@@ -39,6 +41,9 @@ from typing import Any
 from _common import DEFAULT_POSTGRES, ROOT, create_database, free_port, own_name
 from _common import server_environment as common_environment
 from api_throughput import stop, wait_ready
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as websocket_connect
 
 PROVIDER_KEY_ENV = "GOAAI_BENCH_PROVIDER_KEY"
 AGENT = "capacity"
@@ -57,6 +62,13 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--answer-seconds", type=float, default=2.0, help="the model's answer")
     parser.add_argument("--chunks", type=int, default=20, help="content chunks in an answer")
     parser.add_argument("--idle-seconds", type=float, default=4.0, help="pages timed idle")
+    parser.add_argument(
+        "--stream",
+        choices=["websocket", "sse"],
+        default="websocket",
+        help="how each chat follows its session: a WebSocket as the chat page opens it "
+        "(?batch=1), or Server-Sent Events",
+    )
     parser.add_argument(
         "--page-interval", type=float, default=0.25, help="seconds between page requests"
     )
@@ -255,18 +267,35 @@ class Chat:
     """One user's chat: the session's event stream open, a connection for the POST
     ready, as a browser has them before its user sends a message."""
 
-    def __init__(self, port: int, user: User, session: str) -> None:
-        self.port, self.user, self.session = port, user, session
+    def __init__(self, port: int, user: User, session: str, way: str = "websocket") -> None:
+        self.port, self.user, self.session, self.way = port, user, session, way
         self.headers = {"Authorization": f"Bearer {user.token}"}
         self.stream = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self.poster = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self.events: http.client.HTTPResponse | None = None
+        self.socket: ClientConnection | None = None
+        self._socket_closing = contextlib.ExitStack()
         self.run = ""
         self.status = ""
         self.posted = self.answered = self.ended = 0.0
         self.error = ""
 
     def open(self) -> None:
+        if self.way == "websocket":
+            path = f"/ws/sessions/{self.session}/?batch=1"
+            self.socket = self._socket_closing.enter_context(
+                websocket_connect(
+                    f"ws://127.0.0.1:{self.port}{path}",
+                    additional_headers=self.headers,
+                    open_timeout=120,
+                    max_size=None,
+                )
+            )
+            # Live once the backlog (none: a new session) is done.
+            while json.loads(self.socket.recv(timeout=120))["type"] != "caught_up":
+                pass
+            self.poster.connect()
+            return
         path = f"/api/v1/sessions/{self.session}/events/stream/"
         self.stream.request("GET", path, headers=self.headers)
         self.events = self.stream.getresponse()
@@ -293,6 +322,8 @@ class Chat:
         self.status, self.ended = self._wait_end()
 
     def _wait_end(self) -> tuple[str, float]:
+        if self.socket is not None:
+            return self._socket_end(self.socket)
         assert self.events is not None, "open() first"
         event = ""
         while line := self.events.readline():
@@ -307,7 +338,19 @@ class Chat:
         self.error = "the event stream ended before the run did"
         return "", time.perf_counter()
 
+    def _socket_end(self, socket: ClientConnection) -> tuple[str, float]:
+        try:
+            while True:
+                frame = json.loads(socket.recv(timeout=120))
+                for event in frame.get("events", ()):
+                    if event["type"] in ENDED and event.get("run") == self.run:
+                        return event["type"].removeprefix("run."), time.perf_counter()
+        except (WebSocketException, TimeoutError) as exc:
+            self.error = f"the WebSocket ended before the run did: {exc!r}"
+            return "", time.perf_counter()
+
     def close(self) -> None:
+        self._socket_closing.close()
         self.stream.close()
         self.poster.close()
 
@@ -409,8 +452,8 @@ class Results:
     busy: list[tuple[str, int, float]] = field(default_factory=list)
 
 
-def one_chat(port: int, user: User, session: str) -> float:
-    chat = Chat(port, user, session)
+def one_chat(port: int, user: User, session: str, way: str) -> float:
+    chat = Chat(port, user, session, way)
     try:
         chat.open()
         chat.send()
@@ -429,10 +472,11 @@ def burst(
     sessions: list[str],
     reader: Reader,
     others: list[int],
+    way: str,
 ) -> tuple[Burst, list[tuple[str, int, float]]]:
     """``chats`` started at once; ``others`` are the benchmark's other processes
     (this one, the page reader, the provider), whose CPU time is reported too."""
-    chats = [Chat(port, user, session) for user, session in zip(users, sessions, strict=True)]
+    chats = [Chat(port, user, session, way) for user, session in zip(users, sessions, strict=True)]
     released: list[float] = []
 
     def release() -> None:
@@ -600,14 +644,15 @@ def measure(args: argparse.Namespace) -> Results:
         print(
             f"daphne on 127.0.0.1:{port} ({database}, in-memory layer, thread executor:"
             f" GOAAI_EXECUTOR_THREADS {threads}, ASGI_THREADS {asgi}{extra}); provider on"
-            f" 127.0.0.1:{provider_port}: {args.chunks} chunks over {args.answer_seconds:g} s",
+            f" 127.0.0.1:{provider_port}: {args.chunks} chunks over {args.answer_seconds:g} s;"
+            f" chats follow their sessions by {'WebSocket' if args.stream == 'websocket' else 'SSE'}",
             flush=True,
         )
         history = [
             create_session(port, reading_user, f"history {i}") for i in range(HISTORY_SESSIONS)
         ]
         # Warm-up, and a session with a run for the session page.
-        one_chat(port, reading_user, history[-1])
+        one_chat(port, reading_user, history[-1], args.stream)
         paths = ["/api/v1/sessions/", f"/api/v1/sessions/{history[-1]}/", "/healthz"]
         reader = Reader(port, reading_user.token, paths, args.page_interval)
         for number in range(1, args.rounds + 1):
@@ -617,11 +662,11 @@ def measure(args: argparse.Namespace) -> Results:
             results.idle += reader.window(args.idle_seconds)
             idle_cpu = (cpu_seconds(server.pid) - cpu) / args.idle_seconds
             cpu = cpu_seconds(server.pid)
-            results.single.append(one_chat(port, chat_users[0], single_session))
+            results.single.append(one_chat(port, chat_users[0], single_session, args.stream))
             single_cpu = cpu_seconds(server.pid) - cpu
             others = [os.getpid(), reader.process.pid or 0, provider.pid]
             result, samples = burst(
-                server.pid, port, provider_port, chat_users, sessions, reader, others
+                server.pid, port, provider_port, chat_users, sessions, reader, others, args.stream
             )
             results.bursts.append(result)
             results.busy += samples
