@@ -751,7 +751,10 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
             return None
-        if selectors.run_queued_behind(run) is not None:
+        # A run that found no other open when it was created (blank ``multitask``)
+        # waits for none: the runs created before it had ended, and an ended run
+        # stays ended.
+        if run.multitask and selectors.run_queued_behind(run) is not None:
             # Its mark of being on the distributed queue goes: the hand-off that
             # comes when its turn does must not be taken for a copy of this one.
             Run.objects.filter(pk=run_id, queued_at__isnull=False).update(queued_at=None)
