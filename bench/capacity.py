@@ -6,15 +6,15 @@ takes 2 s to stream every answer (bench/slow_provider.py). A chat is a user with
 session open on its live stream, a WebSocket as the chat page opens it
 (``/ws/sessions/<id>/?batch=1``; ``--stream sse`` for the Server-Sent Events of
 ``GET /api/v1/sessions/<id>/events/stream/``), who posts a message (``POST
-/api/v1/sessions/<id>/runs/``) and waits for the run's end on the stream. Each round times one chat alone, then ``--chats`` chats of as
-many users started at once (from the first POST until the last run ended), while
-another user's client requests the sessions list, a session and ``/healthz`` in a
-loop from a process of its own; the same pages are timed with the server idle in
-the same round. Printed: the seconds of each and their ratio (target at most 1.5),
-the runs completed, the pages' p50/p99 idle and during the chats (target p99 at most
-100 ms), and what explains them: when the model requests began and ended, the
-server's CPU time, and with ``--sql-log`` how long transactions waited for and held
-the database.
+/api/v1/sessions/<id>/runs/``) and waits for the run's end on the stream. Each round
+times one chat alone, then ``--chats`` chats of as many users started at once (from
+the first POST until the last run ended), while another user's client requests the
+sessions list, a session and ``/healthz`` in a loop from a process of its own; the
+same pages are timed with the server idle in the same round. Printed: the seconds of
+each and their ratio (target at most 1.5), the runs completed, the pages' p50/p99
+idle and during the chats (target p99 at most 100 ms), and what explains them: when
+the model requests began and ended, the server's CPU time, and with ``--sql-log``
+how long transactions waited for and held the database.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def create_session(port: int, user: User, title: str) -> str:
 
 
 class Chat:
-    """One user's chat: the session's event stream open, a connection for the POST
+    """One user's chat: the session's live stream open, a connection for the POST
     ready, as a browser has them before its user sends a message."""
 
     def __init__(self, port: int, user: User, session: str, way: str = "websocket") -> None:
