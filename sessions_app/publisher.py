@@ -62,6 +62,8 @@ class Written(NamedTuple):
 # an event flushes the text held before it, in order.
 FRAME_SECONDS = 0.05
 SUBSCRIBERS_PER_FRAME = 100
+# The most messages the publisher thread takes from its queue to send as one batch.
+MAX_BATCH = 1000
 
 
 def frame_seconds(subscribers: int) -> float:
@@ -149,6 +151,23 @@ class DeltaCoalescer:
         return held
 
 
+def merge_steps(batch: Iterable[tuple[str, Any, float]]) -> list[tuple[str, Any, list[float]]]:
+    """The messages to send for ``batch`` (``(group, message, when it was handed
+    over)``, in the order handed over): consecutive steps of events to one group
+    become one step, sent to a subscriber that asks for them as one ``events`` frame.
+    Everything else is kept as it is, in order; each message comes with the hand-over
+    times of the steps in it."""
+    merged: list[tuple[str, Any, list[float]]] = []
+    for group, item, committed in batch:
+        if isinstance(item, tuple) and merged:
+            last_group, last, moments = merged[-1]
+            if last_group == group and isinstance(last, tuple) and last[1] == item[1]:
+                merged[-1] = (group, (last[0] + item[0], item[1]), [*moments, committed])
+                continue
+        merged.append((group, item, [committed]))
+    return merged
+
+
 def session_group(session_id: UUID | str) -> str:
     """The channel-layer group of a session's live subscribers."""
     return f"session.{(session_id if type(session_id) is UUID else UUID(str(session_id))).hex}"
@@ -182,6 +201,8 @@ class _Publisher:
         # The in-memory path's pieces of text held for their frame (server loop only),
         # whose frames last as long as the group's subscribers ask.
         self._coalescer = DeltaCoalescer(_in_memory_frame)
+        # The in-memory path's messages not sent yet (server loop only): see _enqueue().
+        self._batch: list[tuple[str, Any, float]] = []
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver in-memory messages on ``loop``, where the subscribers wait."""
@@ -231,25 +252,36 @@ class _Publisher:
         coalescer = DeltaCoalescer()
         while True:
             due = coalescer.next_due()
+            handed: list[tuple[str, Any, float]] = []
             try:
                 timeout = None if due is None else max(0.0, due - time.monotonic())
-                group, item, committed = self._queue.get(timeout=timeout)
+                handed.append(self._queue.get(timeout=timeout))
+                # What was handed over while the last batch was being sent goes out
+                # with it (see merge_steps).
+                while len(handed) < MAX_BATCH:
+                    handed.append(self._queue.get_nowait())
             except queue.Empty:
-                group, item, committed = "", None, 0.0
-            for held_group, piece, _ in coalescer.due(time.monotonic()):
-                self._publish(loop, held_group, piece, 0.0)
-            if item is None:
-                continue
-            if isinstance(item, dict) and item.get("type") == "_drain":
-                for held_group, piece in coalescer.flush():
-                    self._publish(loop, held_group, piece, 0.0)
-                item["done"].set()
-                continue
-            for message in coalescer.take(group, item, time.monotonic())[0]:
-                self._publish(loop, group, message, committed)
+                pass
+            batch = [(group, piece, 0.0) for group, piece, _ in coalescer.due(time.monotonic())]
+            for group, item, committed in handed:
+                if isinstance(item, dict) and item.get("type") == "_drain":
+                    batch += [(held, piece, 0.0) for held, piece in coalescer.flush()]
+                    self._publish_all(loop, batch)
+                    batch = []
+                    item["done"].set()
+                    continue
+                taken = coalescer.take(group, item, time.monotonic())[0]
+                batch += [(group, message, committed) for message in taken]
+            self._publish_all(loop, batch)
+
+    def _publish_all(
+        self, loop: asyncio.AbstractEventLoop, batch: list[tuple[str, Any, float]]
+    ) -> None:
+        for group, item, committed in merge_steps(batch):
+            self._publish(loop, group, item, committed)
 
     def _publish(
-        self, loop: asyncio.AbstractEventLoop, group: str, item: Any, committed: float
+        self, loop: asyncio.AbstractEventLoop, group: str, item: Any, committed: list[float]
     ) -> None:
         layer = get_channel_layer()
         if layer is None:
@@ -262,7 +294,9 @@ class _Publisher:
                 published = False
                 logger.exception("Publishing to %s failed", target)
         if published and isinstance(item, tuple):
-            observe_publish_lag(layer=type(layer).__name__, seconds=time.monotonic() - committed)
+            now = time.monotonic()
+            for moment in committed:
+                observe_publish_lag(layer=type(layer).__name__, seconds=now - moment)
 
     @staticmethod
     def _messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -310,16 +344,33 @@ class _Publisher:
         if opened is not None:
             asyncio.get_running_loop().call_later(opened, self._flush_in_memory, layer)
         for each in items:
-            self._group_send_in_memory(layer, group, each, committed)
+            self._enqueue(layer, group, each, committed)
 
     def _flush_in_memory(self, layer: InMemoryChannelLayer) -> None:
         """Send the pieces held for a frame that ended."""
         for group, piece, interval in self._coalescer.due(time.monotonic()):
-            self._group_send_in_memory(layer, group, piece, 0.0)
+            self._enqueue(layer, group, piece, 0.0)
             asyncio.get_running_loop().call_later(interval, self._flush_in_memory, layer)
 
-    def _group_send_in_memory(
+    def _enqueue(
         self, layer: InMemoryChannelLayer, group: str, item: Any, committed: float
+    ) -> None:
+        """Send ``item`` with whatever else reaches the loop before its next turn. A
+        timer of no delay runs after every callback already queued, those handed over
+        from other threads meanwhile included: the steps that commit while the server
+        is busy sending (to hundreds of sockets, tens of milliseconds) go out together
+        (:func:`merge_steps`), and an idle server sends at once."""
+        if not self._batch:
+            asyncio.get_running_loop().call_later(0, self._send_batch, layer)
+        self._batch.append((group, item, committed))
+
+    def _send_batch(self, layer: InMemoryChannelLayer) -> None:
+        batch, self._batch = self._batch, []
+        for group, item, committed in merge_steps(batch):
+            self._group_send_in_memory(layer, group, item, committed)
+
+    def _group_send_in_memory(
+        self, layer: InMemoryChannelLayer, group: str, item: Any, committed: list[float]
     ) -> None:
         for target, message in self._messages(group, item):
             if target in layer.groups:
@@ -327,9 +378,10 @@ class _Publisher:
                 self._inflight.add(task)
                 task.add_done_callback(self._delivered)
                 if target == group and isinstance(item, tuple):
-                    task.add_done_callback(
-                        functools.partial(_observe_delivered, type(layer).__name__, committed)
-                    )
+                    for moment in committed:
+                        task.add_done_callback(
+                            functools.partial(_observe_delivered, type(layer).__name__, moment)
+                        )
 
     def _delivered(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -340,7 +392,8 @@ class _Publisher:
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             for group, piece in self._coalescer.flush():
-                self._group_send_in_memory(layer, group, piece, 0.0)
+                self._enqueue(layer, group, piece, 0.0)
+            self._send_batch(layer)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 

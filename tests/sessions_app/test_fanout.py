@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any, ClassVar
 from uuid import uuid4
 
 import pytest
-from channels.layers import BaseChannelLayer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django.db import OperationalError
+from django.test import override_settings
 from django.utils import timezone
 
 from goaai.channel_layers import UPKEEP_SECONDS, InMemoryChannelLayer
@@ -22,10 +24,12 @@ from sessions_app.publisher import (
     DeltaCoalescer,
     Written,
     frame_seconds,
+    merge_steps,
 )
 from sessions_app.streams import checkpoints_again, delta_frame, encoded_events
 
 GROUP, OTHER_GROUP = "session.a", "session.b"
+IN_MEMORY = {"default": {"BACKEND": "goaai.channel_layers.InMemoryChannelLayer"}}
 RUN, TURN, NEXT_TURN = str(uuid4()), str(uuid4()), str(uuid4())
 
 
@@ -131,6 +135,84 @@ def test_a_delta_carries_its_frame_encoded_once_and_a_subscriber_uses_it_unchang
     assert delta_frame(message, [{**frame, "offset": 7, "text": "on "}]) is None
     assert delta_frame(message, [frame, frame]) is None
     assert delta_frame({k: v for k, v in message.items() if k != "encoded"}, [frame]) is None
+
+
+# Steps committed while the server was busy sending, sent together
+
+
+def step(*seqs: int, owner: int | None = None) -> tuple[list[Written], int | None]:
+    session = uuid4()
+    return [
+        Written(session, None, seq, "session.updated", {}, timezone.now()) for seq in seqs
+    ], owner
+
+
+def seqs(item: Any) -> list[int]:
+    return [event.seq for event in item[0]]
+
+
+def test_consecutive_steps_to_a_group_become_one_with_each_hand_over_time():
+    merged = merge_steps([(GROUP, step(1), 1.0), (GROUP, step(2, 3), 2.0), (GROUP, step(4), 3.0)])
+    [(group, item, handed)] = merged
+    assert (group, seqs(item), item[1], handed) == (GROUP, [1, 2, 3, 4], None, [1.0, 2.0, 3.0])
+
+
+def test_anything_between_two_steps_keeps_them_apart_and_everything_in_order():
+    piece, revoked = delta(0, "Once "), {"type": "token.revoked"}
+    merged = merge_steps(
+        [
+            (GROUP, step(1), 1.0),
+            (GROUP, piece, 0.0),
+            (GROUP, step(2), 2.0),
+            (OTHER_GROUP, revoked, 0.0),
+            (GROUP, step(3), 3.0),
+            (OTHER_GROUP, step(7), 4.0),
+            (GROUP, step(4, owner=5), 5.0),
+        ]
+    )
+    assert [
+        (group, seqs(item) if isinstance(item, tuple) else item) for group, item, _ in merged
+    ] == [
+        (GROUP, [1]),
+        (GROUP, piece),
+        (GROUP, [2]),
+        (OTHER_GROUP, revoked),
+        (GROUP, [3]),
+        (OTHER_GROUP, [7]),
+        # Told to its owner's session list as well: not merged with a step that is not.
+        (GROUP, [4]),
+    ]
+    assert [handed for _, _, handed in merged] == [[1.0], [0.0], [2.0], [0.0], [3.0], [4.0], [5.0]]
+
+
+@override_settings(CHANNEL_LAYERS=IN_MEMORY)
+async def test_steps_handed_over_while_the_server_is_busy_reach_subscribers_as_one_message():
+    layer = get_channel_layer()
+    publisher = publishing._Publisher()
+    publisher.attach_loop(asyncio.get_running_loop())
+    channel = await layer.new_channel()
+    await layer.group_add(GROUP, channel)
+
+    def busy() -> None:
+        # The server's loop is sending meanwhile; three steps commit in a run's thread.
+        committing = threading.Thread(
+            target=lambda: [publisher.send(GROUP, step(seq)) for seq in (1, 2, 3)]
+        )
+        committing.start()
+        committing.join()
+
+    asyncio.get_running_loop().call_soon(busy)
+    message = await asyncio.wait_for(layer.receive(channel), 5)
+    assert [event["seq"] for event in message["events"]] == [1, 2, 3]
+    assert [json.loads(text)["seq"] for text in message["encoded"]] == [1, 2, 3]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(layer.receive(channel), 0.05)
+
+    # An idle server sends a step as soon as it is handed over, on its own.
+    await asyncio.to_thread(publisher.send, GROUP, step(4))
+    message = await asyncio.wait_for(layer.receive(channel), 5)
+    assert [event["seq"] for event in message["events"]] == [4]
+    publisher.detach_loop(asyncio.get_running_loop())
 
 
 # The in-memory layer
@@ -302,3 +384,33 @@ def test_the_publisher_thread_joins_pieces_per_frame_and_keeps_the_order(setting
     assert [m["type"] for m in sent] == ["run.delta", "run.delta", "session.events"]
     assert [(m["offset"], m["text"]) for m in sent[:2]] == [(0, "Once "), (5, "upon a time")]
     assert json.loads(sent[1]["encoded"])["text"] == "upon a time"
+
+
+class SlowLayer(RecordingLayer):
+    """A layer whose first send takes until the test lets it finish."""
+
+    first: ClassVar[threading.Event] = threading.Event()
+    release: ClassVar[threading.Event] = threading.Event()
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if not self.first.is_set():
+            self.first.set()
+            self.release.wait(5)
+        await super().group_send(group, message)
+
+
+def test_the_publisher_thread_sends_the_steps_queued_meanwhile_as_one(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.SlowLayer"}}
+    RecordingLayer.sent.clear()
+    SlowLayer.first.clear()
+    SlowLayer.release.clear()
+    thread = publishing._Publisher()
+    thread.send(GROUP, step(1))
+    assert SlowLayer.first.wait(5)
+    for seq in (2, 3, 4):
+        thread.send(GROUP, step(seq))
+    SlowLayer.release.set()
+    thread.drain()
+
+    sent = [[event["seq"] for event in message["events"]] for _, message in RecordingLayer.sent]
+    assert sent == [[1], [2, 3, 4]]
