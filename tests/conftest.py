@@ -8,10 +8,13 @@ run, so a missing server fails the build instead of skipping silently.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 
 import pytest
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 from goaai.runtime import retry, rt
 from tests.factories import UserFactory
@@ -50,6 +53,19 @@ def _quick_model_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     itself is checked on a fake clock in tests/runtime_core/test_model_retries.py)."""
     monkeypatch.setattr(retry, "FIRST_BACKOFF_SECONDS", 0.001)
     monkeypatch.setattr(retry, "MAX_BACKOFF_SECONDS", 0.004)
+
+
+@pytest.fixture(autouse=True)
+def _async_views_give_their_connections_back(request: pytest.FixtureRequest):
+    """After an async test, close the database connections of the thread that ran
+    its sync code (Django's ``AsyncClient`` views, ``database_sync_to_async``): one
+    thread shared by every async test, whose connections Django's test client never
+    closes (it turns off closing them at the end of a request). Left open, one of them
+    stayed checked out of PostgreSQL's pool to the end, and the test database could
+    not be dropped ("being accessed by other users")."""
+    yield
+    if inspect.iscoroutinefunction(getattr(request.node, "function", None)):
+        asyncio.run(sync_to_async(connections.close_all)())
 
 
 @pytest.fixture
