@@ -14,13 +14,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
 django_asgi_app = get_asgi_application()
 
 from goaai.body_limit import BodyLimit  # noqa: E402
+from goaai.start_gate import RunStartGate  # noqa: E402
 from runs_app.mcp.app import application as mcp_application  # noqa: E402
 from sessions_app.api.authentication import websocket_auth  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 # The MCP server (runs_app.mcp) answers /mcp itself; everything else is Django's.
 MCP_PATHS = frozenset({"/mcp", "/mcp/"})
-_django_http = BodyLimit(django_asgi_app)
+# Bodies are capped first; then requests that start a run go in one at a time.
+_django_http = BodyLimit(RunStartGate(django_asgi_app))
 _mcp_http = BodyLimit(mcp_application)
 
 

@@ -263,6 +263,10 @@ GOAAI_EXECUTOR_THREADS = env_int("GOAAI_EXECUTOR_THREADS", 64)
 _POOL = DATABASES["default"].get("OPTIONS", {}).get("pool")
 if GOAAI_EXECUTOR == "thread" and isinstance(_POOL, dict) and not env_str("DATABASE_POOL_MAX"):
     _POOL["max_size"] = GOAAI_EXECUTOR_THREADS + 16
+# Requests that start a run let into Django at a time, per server process
+# (goaai.start_gate; 0: no limit): the others wait in the event loop, and reads are
+# served beside them.
+GOAAI_RUN_STARTS_AT_ONCE = env_int("GOAAI_RUN_STARTS_AT_ONCE", 1)
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).
