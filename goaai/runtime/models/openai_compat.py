@@ -35,20 +35,15 @@ import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import cast
 
 import httpx2
 import openai
-from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
-    ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
-from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
-from openai.types.shared import ReasoningEffort
 
 from goaai.runtime.config import ModelProfile
 from goaai.runtime.errors import ModelError
@@ -191,29 +186,21 @@ class OpenAICompatibleModel:
     ) -> ModelReply:
         settings = request.settings
         try:
-            stream = self._client.chat.completions.create(
-                model=self.model,
-                messages=to_openai_messages(request.messages),
-                # An empty tool list is rejected by OpenAI; no tools means no key.
-                tools=to_openai_tools(request.tools) if request.tools else openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
-                temperature=(
-                    settings.temperature if settings.temperature is not None else openai.omit
-                ),
-                # ``max_tokens`` rather than OpenAI's newer ``max_completion_tokens``:
-                # Ollama, vLLM and llama.cpp all read it, and OpenAI still does.
-                max_tokens=(
-                    settings.max_output_tokens
-                    if settings.max_output_tokens is not None
-                    else openai.omit
-                ),
-                reasoning_effort=_reasoning_effort(settings),
-                timeout=(
-                    settings.timeout_seconds
+            # Through the SDK's client (its connections, headers, event stream and
+            # errors), with each chunk read as the JSON object it is: building the
+            # SDK's typed chunks, and checking the request against its types, took
+            # half the CPU of a streamed reply (bench/capacity.py).
+            stream = self._client.post(
+                "/chat/completions",
+                body=_request_body(self.model, request),
+                cast_to=object,
+                options=(
+                    {"timeout": settings.timeout_seconds}
                     if settings.timeout_seconds is not None
-                    else openai.not_given
+                    else {}
                 ),
+                stream=True,
+                stream_cls=openai.Stream[object],
             )
             reply.opened = True
             with stream:
@@ -253,21 +240,30 @@ class OpenAICompatibleModel:
             reasoning=reply.reasoning,
         )
 
-    def _absorb(
-        self, chunk: ChatCompletionChunk, reply: _Reply, on_delta: DeltaCallback | None
-    ) -> None:
+    def _absorb(self, chunk: object, reply: _Reply, on_delta: DeltaCallback | None) -> None:
+        if not isinstance(chunk, dict):
+            raise ModelError(
+                ErrorKind.INTERNAL,
+                f"{self.name}: the server streamed a chunk that is not a JSON object: "
+                f"{str(chunk)[:200]!r}",
+            )
         reply.chunks += 1
-        if chunk.model and not reply.model:
-            reply.model = chunk.model
-        if chunk.usage is not None:
+        model = chunk.get("model")
+        if model and isinstance(model, str) and not reply.model:
+            reply.model = model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
             # Sent once, or (vLLM's continuous usage) growing with every chunk.
-            reply.usage = _usage(chunk.usage)
-        for choice in chunk.choices:
-            if (choice.index or 0) != 0:
+            reply.usage = _usage(usage)
+        for choice in _objects(chunk.get("choices")):
+            if (_int(choice.get("index")) or 0) != 0:
                 continue
-            if choice.finish_reason:
-                reply.finish_reason = choice.finish_reason
-            _absorb_delta(choice.delta, reply, on_delta)
+            finish_reason = choice.get("finish_reason")
+            if finish_reason and isinstance(finish_reason, str):
+                reply.finish_reason = finish_reason
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                _absorb_delta(delta, reply, on_delta)
 
     def _timeout(self, settings: ModelSettings) -> float:
         return settings.timeout_seconds if settings.timeout_seconds is not None else self.timeout
@@ -329,25 +325,27 @@ def translate_openai_error(
     return unexpected_error(name, exc)
 
 
-def _absorb_delta(delta: ChoiceDelta, reply: _Reply, on_delta: DeltaCallback | None) -> None:
+def _absorb_delta(delta: dict[str, object], reply: _Reply, on_delta: DeltaCallback | None) -> None:
     reply.reasoning += _reasoning(delta)
     # A refusal is what the model said instead of an answer.
-    for piece in (delta.content, delta.refusal):
-        if piece:
+    for piece in (delta.get("content"), delta.get("refusal")):
+        if piece and isinstance(piece, str):
             reply.text += piece
             if on_delta is not None:
                 on_delta(piece)
-    for fragment in delta.tool_calls or ():
+    for fragment in _objects(delta.get("tool_calls")):
         _absorb_tool_call(reply.calls, fragment)
 
 
-def _absorb_tool_call(calls: list[_PartialToolCall], fragment: ChoiceDeltaToolCall) -> None:
+def _absorb_tool_call(calls: list[_PartialToolCall], fragment: dict[str, object]) -> None:
     """Add one streamed tool call fragment to the calls assembled so far."""
-    # Typed as always there, but some servers leave it out.
-    index: int | None = fragment.index
-    call_id = fragment.id or ""
-    name = (fragment.function.name if fragment.function else None) or ""
-    arguments = (fragment.function.arguments if fragment.function else None) or ""
+    # Always there in OpenAI's stream, but some servers leave it out.
+    index = _int(fragment.get("index"))
+    call_id = _str(fragment.get("id"))
+    function = fragment.get("function")
+    function = function if isinstance(function, dict) else {}
+    name = _str(function.get("name"))
+    arguments = _str(function.get("arguments"))
     current = _latest_call(calls, index)
     if current is None or _starts_new_call(current, call_id, name):
         current = _PartialToolCall(index=index)
@@ -358,6 +356,19 @@ def _absorb_tool_call(calls: list[_PartialToolCall], fragment: ChoiceDeltaToolCa
     if name and not current.name:
         current.name = name
     current.arguments += arguments
+
+
+def _objects(value: object) -> list[dict[str, object]]:
+    """The JSON objects of a list in a chunk (none if it is not a list)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _latest_call(calls: list[_PartialToolCall], index: int | None) -> _PartialToolCall | None:
@@ -390,32 +401,53 @@ def _looks_whole(arguments: str) -> bool:
         return False
 
 
-def _reasoning(delta: ChoiceDelta) -> str:
-    """The reasoning text a compatible server put in a delta (an extra field the
-    SDK keeps as an attribute), or ``""``."""
+def _reasoning(delta: dict[str, object]) -> str:
+    """The reasoning text a compatible server put in a delta, or ``""``."""
     for name in _REASONING_FIELDS:
-        value = getattr(delta, name, None)
+        value = delta.get(name)
         if isinstance(value, str) and value:
             return value
     return ""
 
 
-def _usage(usage: CompletionUsage) -> Usage:
-    prompt = usage.prompt_tokens or 0
-    prompt_details = usage.prompt_tokens_details
-    cached = (prompt_details.cached_tokens or 0) if prompt_details else 0
-    cache_write = (prompt_details.cache_write_tokens or 0) if prompt_details else 0
-    completion_details = usage.completion_tokens_details
+def _usage(usage: dict[str, object]) -> Usage:
+    """Chat Completions' ``usage`` object, the cached and cache-write tokens out of
+    the input (``prompt_tokens`` counts them)."""
+    prompt = _int(usage.get("prompt_tokens")) or 0
+    prompt_details = usage.get("prompt_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
+    cached = _int(prompt_details.get("cached_tokens")) or 0
+    cache_write = _int(prompt_details.get("cache_write_tokens")) or 0
+    completion_details = usage.get("completion_tokens_details")
+    completion_details = completion_details if isinstance(completion_details, dict) else {}
     return Usage(
         input_tokens=max(0, prompt - cached - cache_write),
-        output_tokens=usage.completion_tokens or 0,
+        output_tokens=_int(usage.get("completion_tokens")) or 0,
         cached_input_tokens=cached,
         cache_write_tokens=cache_write,
-        reasoning_tokens=((completion_details.reasoning_tokens or 0) if completion_details else 0),
+        reasoning_tokens=_int(completion_details.get("reasoning_tokens")) or 0,
     )
 
 
-def _reasoning_effort(settings: ModelSettings) -> ReasoningEffort | openai.Omit:
-    if settings.reasoning_effort is None:
-        return openai.omit
-    return cast(ReasoningEffort, settings.reasoning_effort)
+def _request_body(model: str, request: ModelRequest) -> dict[str, object]:
+    """The JSON body of a streamed Chat Completions request; a setting left unset
+    is left out (the server's default)."""
+    settings = request.settings
+    body: dict[str, object] = {
+        "model": model,
+        "messages": to_openai_messages(request.messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        # An empty tool list is rejected by OpenAI; no tools means no key.
+        body["tools"] = to_openai_tools(request.tools)
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.max_output_tokens is not None:
+        # ``max_tokens`` rather than OpenAI's newer ``max_completion_tokens``:
+        # Ollama, vLLM and llama.cpp all read it, and OpenAI still does.
+        body["max_tokens"] = settings.max_output_tokens
+    if settings.reasoning_effort is not None:
+        body["reasoning_effort"] = settings.reasoning_effort
+    return body

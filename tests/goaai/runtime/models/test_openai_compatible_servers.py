@@ -292,6 +292,36 @@ def test_finish_reasons_are_said_in_goaais_words(fake_server, sent, finish_reaso
     assert reply.finish_reason == finish_reason
 
 
+def test_fields_of_the_wrong_type_are_passed_over(fake_server):
+    # Chunks are read as the JSON they are: a server's odd field is left out, the
+    # rest of the chunk and of the stream still count.
+    chunks = openai_text_chunks(["Hello", " there"])
+    chunks[1]["choices"][0]["delta"]["refusal"] = 5
+    chunks[1]["choices"][0]["delta"]["tool_calls"] = "none"
+    chunks[2]["choices"].append(None)
+    odd = [{"choices": None, "model": 7}, {"choices": [{"delta": None, "index": "0"}]}]
+    fake_server.openai(openai_sse([*chunks[:2], *odd, *chunks[2:]]))
+
+    reply = client_for(fake_server).complete(ask())
+
+    assert reply.text == "Hello there"
+    assert reply.tool_calls == ()
+    assert reply.finish_reason == "stop"
+    assert reply.usage == Usage(input_tokens=12, output_tokens=5)
+
+
+def test_a_chunk_that_is_not_a_json_object_is_an_error_that_names_it(fake_server):
+    chunks = openai_text_chunks(["Hello"])
+    fake_server.openai(openai_sse([chunks[0], "not a chunk", *chunks[1:]]))
+
+    with pytest.raises(ModelError) as raised:
+        client_for(fake_server).complete(ask())
+
+    assert (raised.value.kind, raised.value.retryable) == ("internal", False)
+    assert "not a JSON object" in raised.value.message
+    assert "not a chunk" in raised.value.message
+
+
 @pytest.mark.parametrize("done", [True, False], ids=["with-done", "without-done"])
 def test_a_stream_that_ends_without_a_finish_reason_is_a_retryable_error(fake_server, done):
     chunks = openai_text_chunks(["Half of", " an answ"], usage=None)[:3]
