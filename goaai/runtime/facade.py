@@ -72,6 +72,8 @@ class RunHandle:
 
     run_id: UUID
     runtime: Runtime
+    # The run it waits for, as its creation found it (None: none, or not known).
+    queued_behind: UUID | None = None
 
     def wait(self, timeout: float | None = None) -> RunInfo:
         return self.runtime.wait(self.run_id, timeout=timeout)
@@ -431,7 +433,7 @@ class Runtime:
         elif run.queued_behind is None:
             # A queued run is handed over when the run before it ends.
             self._submit_after_commit(run.id)
-        return RunHandle(run_id=run.id, runtime=self)
+        return RunHandle(run_id=run.id, runtime=self, queued_behind=run.queued_behind)
 
     def redo(
         self, run_id: Any, how: str, *, input: str | None = None, created_by: Any = None

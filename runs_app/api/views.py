@@ -55,7 +55,12 @@ from runs_app.idempotency import (
 )
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.scores import with_caller_feedback, without_caller_feedback
-from runs_app.selectors import run_for_idempotency_key, runs_with_steps, with_queue
+from runs_app.selectors import (
+    run_for_idempotency_key,
+    runs_with_steps,
+    with_queue,
+    with_queue_known,
+)
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session
@@ -245,8 +250,10 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 "returns it.",
                 code="queue_unavailable",
             ) from lost
-        # With its place in the queue, in the same query.
-        run = without_caller_feedback(with_queue(Run.objects.filter(pk=handle.run_id)).get())
+        # With its place in the queue, as its creation found it.
+        run = without_caller_feedback(
+            with_queue_known(Run.objects.get(pk=handle.run_id), handle.queued_behind)
+        )
         self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
         response["Location"] = request.build_absolute_uri(f"/api/v1/runs/{run.pk}/")
