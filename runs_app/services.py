@@ -748,8 +748,9 @@ def run_claim(*, run_id: UUID, owner: str, lease_seconds: float) -> Claim | None
     """
     with recording(run_id, of=Run, expect=1, savepoint=False) as batch:
         # Read with its session locked: no other step changes it until the commit.
-        run = Run.objects.filter(pk=run_id).first()
-        if run is None:
+        try:
+            run = Run.objects.get(pk=run_id)
+        except Run.DoesNotExist:
             return None
         # A run that found no other open when it was created (blank ``multitask``)
         # waits for none: the runs created before it had ended, and an ended run

@@ -108,6 +108,16 @@ def _info(run: Run) -> RunInfo:
     return replace(RunInfo.of(run), queued_behind=selectors.run_queued_behind(run))
 
 
+def _definition(agent_version_id: int | None) -> dict[str, Any] | None:
+    """The agent definition a run was started with, read by its key alone (the
+    model's ordering, which ``first()`` would add, costs more to build than the read)."""
+    if agent_version_id is None:
+        return None
+    rows = AgentVersion.objects.filter(pk=agent_version_id).order_by()
+    found: dict[str, Any] | None = next(iter(rows.values_list("definition", flat=True)), None)
+    return found
+
+
 def _with_memory(context: RunContext) -> RunContext:
     """The context with the facts the run is told: those most relevant to its input
     within its agent's memory budget (:func:`memory_app.selectors.memory_context`).
@@ -290,13 +300,7 @@ class OrmRunStore:
             lease_owner=owner,
             parent_run_id=run.parent_run_id,
             depth=selectors.run_depth(run=run) if run.parent_run_id else 0,
-            definition=(
-                AgentVersion.objects.filter(pk=run.agent_version_id)
-                .values_list("definition", flat=True)
-                .first()
-                if run.agent_version_id
-                else None
-            ),
+            definition=_definition(run.agent_version_id),
             client_tools=tuple(run.client_tools or ()),
             instructions=run.instructions,
             cancel_reason=selectors.cancel_reason_of(
