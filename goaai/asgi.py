@@ -6,9 +6,11 @@ import os
 from typing import Any
 
 from channels.routing import ProtocolTypeRouter, URLRouter
-from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "goaai.settings")
+
+# Django's handler, its middleware and views entered in one thread hop (goaai.asgi_handler).
+from goaai.asgi_handler import get_asgi_application
 
 # Build the Django application before anything imports models (Channels' advice).
 django_asgi_app = get_asgi_application()

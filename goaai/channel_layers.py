@@ -68,6 +68,13 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
         return item[1]
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.group_send_now(group, message)
+
+    def group_send_now(self, group: str, message: dict[str, Any], *, copy: bool = True) -> None:
+        """``group_send``, done at once on the layer's loop (it never waits: a full
+        channel misses the message). ``copy=False`` when the caller hands the message
+        over and never changes it again (goaai's publisher, which builds each one
+        for the send): its members then get it without a deep copy."""
         if not isinstance(message, dict):
             raise TypeError("A channel-layer message is a dict.")
         self.require_valid_group_name(group)
@@ -75,7 +82,7 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
         members = self.groups.get(group)
         if not members:
             return
-        shared = (time.time() + self.expiry, deepcopy(message))
+        shared = (time.time() + self.expiry, deepcopy(message) if copy else message)
         for channel in list(members):
             queue = self.channels.get(channel)
             if queue is None:

@@ -16,7 +16,8 @@ waiting for it: ``POST /api/v1/sessions/<id>/runs/`` (the chat page's send) and
 the run actions ``retry``, ``regenerate``, ``edit`` and ``fork``. The
 OpenAI-compatible endpoints (``/v1/``) are not held: their answer may be the whole
 run. A request's body is read before it waits, so a client slow to send one does
-not hold the others up.
+not hold the others up; the next goes in once the answer is sent, without waiting
+for the request's end in Django (its response closed, its connection given back).
 """
 
 from __future__ import annotations
@@ -78,5 +79,29 @@ class RunStartGate:
             message: dict[str, Any] = await receive()
             return message
 
-        async with self._gate(at_once):
-            await self.app(scope, replay, send)
+        await self._in_turn(self._gate(at_once), scope, replay, send)
+
+    async def _in_turn(
+        self, gate: asyncio.Semaphore, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        """``app`` with ``gate`` held until its answer is sent (or it ends)."""
+        await gate.acquire()
+        held = True
+
+        def let_next_in() -> None:
+            nonlocal held
+            if held:
+                held = False
+                gate.release()
+
+        async def answer(message: dict[str, Any]) -> None:
+            await send(message)
+            # Answered: what is left (closing the response, Django's end-of-request
+            # signal) does not hold the next start up.
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                let_next_in()
+
+        try:
+            await self.app(scope, receive, answer)
+        finally:
+            let_next_in()

@@ -26,6 +26,7 @@ from uuid import UUID
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from goaai.channel_layers import InMemoryChannelLayer as GoaaiInMemoryLayer
 from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
 from sessions_app.metrics import observe_publish_lag
@@ -372,16 +373,31 @@ class _Publisher:
     def _group_send_in_memory(
         self, layer: InMemoryChannelLayer, group: str, item: Any, committed: list[float]
     ) -> None:
+        # The messages built here for the send are handed over: goaai's layer queues
+        # them for the group's members at once, without a copy or a task each.
+        owned = isinstance(item, tuple) or _is_delta(item)
         for target, message in self._messages(group, item):
-            if target in layer.groups:
-                task = asyncio.ensure_future(layer.group_send(target, message))
-                self._inflight.add(task)
-                task.add_done_callback(self._delivered)
+            if target not in layer.groups:
+                continue
+            if isinstance(layer, GoaaiInMemoryLayer):
+                try:
+                    layer.group_send_now(target, message, copy=not owned)
+                except Exception:
+                    logger.exception("Publishing to the in-memory layer failed")
+                    continue
                 if target == group and isinstance(item, tuple):
+                    now = time.monotonic()
                     for moment in committed:
-                        task.add_done_callback(
-                            functools.partial(_observe_delivered, type(layer).__name__, moment)
-                        )
+                        observe_publish_lag(layer=type(layer).__name__, seconds=now - moment)
+                continue
+            task = asyncio.ensure_future(layer.group_send(target, message))
+            self._inflight.add(task)
+            task.add_done_callback(self._delivered)
+            if target == group and isinstance(item, tuple):
+                for moment in committed:
+                    task.add_done_callback(
+                        functools.partial(_observe_delivered, type(layer).__name__, moment)
+                    )
 
     def _delivered(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

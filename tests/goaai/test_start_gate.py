@@ -225,6 +225,46 @@ async def test_a_start_that_fails_lets_the_next_one_in(settings):
     assert entered == ["broken", "next"]
 
 
+async def test_the_next_start_goes_in_once_the_answer_is_sent(settings):
+    # What a request does after its answer (Django closes the response and sends
+    # its end-of-request signal) does not hold the next start up; a part of the
+    # answer with more to come does.
+    settings.GOAAI_RUN_STARTS_AT_ONCE = 1
+    entered: list[str] = []
+    steps = {name: asyncio.Event() for name in ("part", "last", "end")}
+
+    async def answering(scope, receive, send):
+        entered.append(scope["name"])
+        if scope["name"] != "first":
+            return
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await steps["part"].wait()
+        await send({"type": "http.response.body", "body": b"{", "more_body": True})
+        await steps["last"].wait()
+        await send({"type": "http.response.body", "body": b"}"})
+        await steps["end"].wait()
+
+    sent: list[dict] = []
+
+    async def client(message):
+        sent.append(message)
+
+    gate = RunStartGate(answering)
+    first = asyncio.ensure_future(gate({**scope(), "name": "first"}, body(b"{}"), client))
+    await settle()
+    second = await start(gate, "second")
+    for step in ("part", "last"):
+        await settle()
+        assert entered == ["first"], step
+        steps[step].set()
+    await asyncio.wait_for(second, 1)
+    assert entered == ["first", "second"]
+    assert not first.done()
+    assert [m.get("body") for m in sent] == [None, b"{", b"}"]
+    steps["end"].set()
+    await first
+
+
 @pytest.mark.parametrize(("at_once", "most"), [(2, 2), (0, 3)])
 async def test_the_setting_sets_how_many_go_in(inner, settings, at_once, most):
     settings.GOAAI_RUN_STARTS_AT_ONCE = at_once
