@@ -35,6 +35,9 @@ and query-count tests see them like any other query:
   dozen counter rows and a purge takes thousands of runs out of them; the ORM has no
   statement that adds to a row or creates it (an UPDATE, maybe an INSERT, per row:
   a purge batch of 500 sessions touched 8,000 rows and took 25 s at a million runs).
+- :class:`Prepared`: not a statement written by hand but an ORM queryset whose
+  statement is built once and run again with new values, for the reads on a run's
+  start that its building made costly.
 - :func:`plan_with_values`: reports (the operators' dashboard) whose statements are
   each planned for the values they are given, not once for any values.
 
@@ -47,7 +50,7 @@ import datetime as dt
 import functools
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -847,6 +850,100 @@ def add_to_rows(
                 f"ON CONFLICT ({target}) DO UPDATE SET {added}",
                 params,
             )
+
+
+# Reads compiled once
+
+
+class Slot(models.Expression):
+    """A value a :class:`Prepared` read is given each time it runs, where its
+    queryset would have a constant: ``filter(session_id=Slot("session",
+    models.UUIDField()))``. ``output_field`` adapts the value as a column of its kind
+    (a UUID as hex text on SQLite)."""
+
+    def __init__(self, name: str, output_field: models.Field[Any, Any]) -> None:
+        super().__init__(output_field=output_field)
+        self.name = name
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        return "%s", [self]
+
+
+@functools.cache
+def attnames(model: type[models.Model]) -> list[str]:
+    """The attribute names of ``model``'s columns, in the order ``Model.from_db``
+    takes their values: a :class:`Prepared` read of whole rows reads these."""
+    return [field.attname for field in model._meta.concrete_fields]
+
+
+class _Compiled(NamedTuple):
+    sql: str
+    params: tuple[Any, ...]
+    # For each column that needs it, its position and how the ORM converts it.
+    converters: tuple[tuple[int, tuple[Any, ...], Any], ...]
+
+
+class Prepared:
+    """A read written with the ORM whose statement Django builds once per process,
+    then runs with new values: ``build`` returns the queryset (``values_list`` of
+    the columns it reads), with a :class:`Slot` for each value that changes from one
+    call to the next; :meth:`rows` runs it.
+
+    Building and compiling a small queryset costs several times what running its
+    statement does on SQLite (0.3-0.5 ms against 0.03-0.05 ms on a small machine):
+    the reads of every API request (its token) and of a run's start (its session,
+    the session's head and open runs, the agent's version, the run created) are made
+    this way, and a run start took half the CPU it did (bench/capacity.py). What
+    ``build`` puts in besides its slots is fixed once compiled: no clock, no setting
+    that may change, no user."""
+
+    def __init__(self, build: Callable[[], models.QuerySet[Any, Any]]) -> None:
+        self._build = build
+        self._compiled: dict[str, _Compiled] = {}
+
+    def _compile(self, db: Any) -> _Compiled:
+        compiler = self._build().query.get_compiler(connection=db)
+        sql, params = compiler.as_sql()
+        columns = [column for column, _, _ in compiler.select[: compiler.col_count]]
+        converters = tuple(
+            (position, tuple(found), expression)
+            for position, (found, expression) in compiler.get_converters(columns).items()
+        )
+        compiled = _Compiled(sql, tuple(params), converters)
+        self._compiled[db.vendor] = compiled
+        return compiled
+
+    def rows(self, **values: Any) -> list[tuple[Any, ...]]:
+        """The rows the read finds with ``values`` in its slots, as the queryset
+        would give them."""
+        db = connections[DEFAULT_DB_ALIAS]
+        compiled = self._compiled.get(db.vendor) or self._compile(db)
+        params = [
+            param.output_field.get_db_prep_value(values[param.name], db)
+            if isinstance(param, Slot)
+            else param
+            for param in compiled.params
+        ]
+        with db.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows = cursor.fetchall()
+        if not compiled.converters:
+            return [tuple(row) for row in rows]
+        converted = []
+        for row in rows:
+            values_of = list(row)
+            for position, found, expression in compiled.converters:
+                value = values_of[position]
+                for convert in found:
+                    value = convert(value, expression, db)
+                values_of[position] = value
+            converted.append(tuple(values_of))
+        return converted
+
+    def first(self, **values: Any) -> tuple[Any, ...] | None:
+        """The first row :meth:`rows` finds, or ``None``."""
+        found = self.rows(**values)
+        return found[0] if found else None
 
 
 def plan_with_values() -> None:

@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db.models import CharField, Max
 
+from goaai import sql
 from goaai.runtime import rt
 from goaai.runtime.agents import Agent, check_agent
 from goaai.runtime.config import ConfigError, McpServer, has_references, parse_mcp_servers
@@ -218,21 +219,30 @@ def _keep_hidden(old: Any, new: Any) -> Any:
     return kept
 
 
+_VERSION_KEY = ["id", "number"]
+_LATEST_WITH_FINGERPRINT = sql.Prepared(
+    lambda: (
+        AgentVersion.objects.filter(
+            agent=sql.Slot("agent", CharField()), fingerprint=sql.Slot("fingerprint", CharField())
+        )
+        .order_by("-number")
+        .values_list(*_VERSION_KEY)[:1]
+    )
+)
+
+
 def version_for(definition: dict[str, Any]) -> AgentVersion:
     """The latest recorded version of an agent with exactly this definition, or a
     new one (for an agent in code run as it is now for the first time)."""
     agent = Agent.from_dict(definition)
     fingerprint = agent.fingerprint()
     for attempt in range(_NUMBERING_ATTEMPTS):
-        found = (
-            AgentVersion.objects.filter(agent=agent.id, fingerprint=fingerprint)
-            .order_by("-number")
-            .first()
-        )
+        found = _LATEST_WITH_FINGERPRINT.first(agent=agent.id, fingerprint=fingerprint)
         if found is not None:
             # The usual case, one read: where the agent is kept matters only to a
-            # version not recorded yet.
-            return found
+            # version not recorded yet. What a run records of it is its key and
+            # number; the rest is read if asked for.
+            return AgentVersion.from_db(DEFAULT_DB_ALIAS, _VERSION_KEY, found)
         try:
             with transaction.atomic():
                 kept_as_data = AgentDefinition.objects.filter(agent=agent.id).exists()

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
     Case,
     Exists,
@@ -340,17 +341,41 @@ def run_queued_behind(run: Run) -> UUID | None:
     return found
 
 
-def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
-    """The session's top-level runs that have not ended, as (id, status), oldest
-    first: the first is at work (or waits for a person), the rest wait their turn."""
-    rows = (
+_RUN = sql.Prepared(
+    lambda: (
+        Run.objects.filter(pk=sql.Slot("run", UUIDField()))
+        .order_by()
+        .values_list(*sql.attnames(Run))
+    )
+)
+
+
+def run_row(*, run_id: UUID) -> Run:
+    """The run, as ``Run.objects.get`` reads it (:class:`NotFound` if there is none),
+    in one statement built once: what a run start answers with."""
+    found = _RUN.first(run=run_id)
+    if found is None:
+        raise NotFound(f"No run {run_id}.")
+    return Run.from_db(DEFAULT_DB_ALIAS, sql.attnames(Run), found)
+
+
+_OPEN_RUNS = sql.Prepared(
+    lambda: (
         Run.objects.filter(
-            session_id=session_id, parent_run__isnull=True, status__in=OPEN_RUN_STATUSES
+            session_id=sql.Slot("session", UUIDField()),
+            parent_run__isnull=True,
+            status__in=sorted(OPEN_RUN_STATUSES),
         )
         .order_by("created_at")
         .values_list("id", "status")
     )
-    return list(rows)
+)
+
+
+def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
+    """The session's top-level runs that have not ended, as (id, status), oldest
+    first: the first is at work (or waits for a person), the rest wait their turn."""
+    return [(run_id, status) for run_id, status in _OPEN_RUNS.rows(session=session_id)]
 
 
 def session_next_queued(*, session_id: UUID) -> UUID | None:

@@ -20,7 +20,7 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
-from django.db.models import DEFERRED, Q
+from django.db.models import DEFERRED, Q, UUIDField
 from django.utils import timezone
 
 from goaai import sql
@@ -102,22 +102,27 @@ def _fork_title(title: str) -> str:
     return f"{title or 'Conversation'} (fork)"
 
 
+_NEWEST_TOP_LEVEL_RUN = sql.Prepared(
+    lambda: (
+        Run.objects.filter(session_id=sql.Slot("session", UUIDField()), parent_run__isnull=True)
+        .order_by("-created_at")
+        .values_list("id")[:1]
+    )
+)
+_FORKED_AT = sql.Prepared(
+    lambda: (
+        SessionFork.objects.filter(session_id=sql.Slot("session", UUIDField()))
+        .order_by()
+        .values_list("source_run_id")[:1]
+    )
+)
+
+
 def session_head(session_id: UUID) -> UUID | None:
     """The run a new message in the session continues from: its newest top-level
     run, or for a fork with none yet, the run it was forked at."""
-    newest = (
-        Run.objects.filter(session_id=session_id, parent_run__isnull=True)
-        .order_by("-created_at")
-        .values_list("id", flat=True)
-        .first()
-    )
-    if newest is not None:
-        return newest
-    return (
-        SessionFork.objects.filter(session_id=session_id)
-        .values_list("source_run_id", flat=True)
-        .first()
-    )
+    found = _NEWEST_TOP_LEVEL_RUN.first(session=session_id) or _FORKED_AT.first(session=session_id)
+    return None if found is None else found[0]
 
 
 def _branch_of_new_run(session_id: UUID, branch: Branch | None, *, linked: bool) -> Branch:

@@ -16,8 +16,10 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Q, QuerySet, UUIDField
 
+from goaai import sql
 from goaai.access import allowed, has_permission, scoped
 from sessions_app.models import ApiToken, RunEvent, Session
 
@@ -25,6 +27,26 @@ from sessions_app.models import ApiToken, RunEvent, Session
 def sessions_readable(user: Any) -> QuerySet[Session]:
     """The sessions ``user`` may read."""
     return scoped(Session.objects.all(), user, Q(owner=getattr(user, "pk", None)))
+
+
+_SESSION = sql.Prepared(
+    lambda: (
+        Session.objects.filter(pk=sql.Slot("session", UUIDField()))
+        .order_by()
+        .values_list(*sql.attnames(Session))
+    )
+)
+
+
+def session_readable(user: Any, session_id: UUID) -> Session | None:
+    """The session if ``user`` may read it (as :func:`sessions_readable` finds it),
+    else ``None``, as for no such session: the read of every request under
+    ``/sessions/{id}/``, one statement built once (:class:`goaai.sql.Prepared`)."""
+    found = _SESSION.first(session=session_id)
+    if found is None:
+        return None
+    session = Session.from_db(DEFAULT_DB_ALIAS, sql.attnames(Session), found)
+    return session if allowed(user, Session, "view", session.owner_id) else None
 
 
 def can_read_session(user: Any, session_id: UUID) -> bool:

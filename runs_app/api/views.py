@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404
+from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -57,12 +56,13 @@ from runs_app.models import Run, ToolCall, Turn
 from runs_app.scores import with_caller_feedback, without_caller_feedback
 from runs_app.selectors import (
     run_for_idempotency_key,
+    run_row,
     runs_with_steps,
     with_queue,
     with_queue_known,
 )
 from runs_app.tasks import QueueUnavailable
-from sessions_app.access import sessions_readable
+from sessions_app.access import session_readable
 from sessions_app.models import RunEvent, Session
 from sessions_app.selectors import sessions_with_usage
 
@@ -112,9 +112,9 @@ class SessionScopedMixin:
 
     def session(self) -> Session:
         request: Request = self.request  # type: ignore[attr-defined]
-        session: Session = get_object_or_404(
-            sessions_readable(request.user), pk=self.kwargs["session_id"]
-        )
+        session = session_readable(request.user, self.kwargs["session_id"])
+        if session is None:
+            raise Http404(f"No {Session._meta.object_name} matches the given query.")
         return session
 
 
@@ -252,7 +252,7 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
             ) from lost
         # With its place in the queue, as its creation found it.
         run = without_caller_feedback(
-            with_queue_known(Run.objects.get(pk=handle.run_id), handle.queued_behind)
+            with_queue_known(run_row(run_id=handle.run_id), handle.queued_behind)
         )
         self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -8,7 +8,7 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -115,6 +115,48 @@ def test_read_row_gives_what_the_orm_gives() -> None:
     assert isinstance(row[0], uuid.UUID)
     assert row[4].tzinfo is not None
     assert sql.read_row(ToolCall, uuid.uuid4(), CALL_FIELDS) is None
+
+
+_CALLS_OF_RUN = sql.Prepared(
+    lambda: (
+        ToolCall.objects.filter(
+            run_id=sql.Slot("run", models.UUIDField()),
+            attempt__gte=sql.Slot("attempt", models.IntegerField()),
+            status__in=["running", "completed"],
+        )
+        .order_by("index")
+        .values_list(*CALL_FIELDS, "arguments")
+    )
+)
+
+
+def test_a_prepared_read_gives_what_its_queryset_gives_for_each_value() -> None:
+    run = RunFactory()
+    other = RunFactory()
+    calls = [_call(run, index) for index in range(3)]
+    calls[1].attempt, calls[2].status = 3, "failed"
+    ToolCall.objects.bulk_create([*calls, _call(other, 0)])
+
+    def queryset(run_id, attempt):
+        return list(
+            ToolCall.objects.filter(
+                run_id=run_id, attempt__gte=attempt, status__in=["running", "completed"]
+            )
+            .order_by("index")
+            .values_list(*CALL_FIELDS, "arguments")
+        )
+
+    for run_id, attempt in [(run.pk, 1), (run.pk, 2), (other.pk, 1), (uuid.uuid4(), 1)]:
+        with CaptureQueriesContext(connection) as queries:
+            rows = _CALLS_OF_RUN.rows(run=run_id, attempt=attempt)
+        assert len(queries) == 1
+        assert rows == queryset(run_id, attempt), (run_id, attempt)
+    first = _CALLS_OF_RUN.first(run=run.pk, attempt=1)
+    # Converted as the ORM converts: a UUID, an aware datetime, JSON.
+    assert isinstance(first[0], uuid.UUID)
+    assert first[4].tzinfo is not None
+    assert first[-1]["nested"] == {"list": [1, "two", None]}
+    assert _CALLS_OF_RUN.first(run=uuid.uuid4(), attempt=1) is None
 
 
 def test_a_step_reads_its_row_with_the_session_lock() -> None:
