@@ -265,8 +265,12 @@ if GOAAI_EXECUTOR == "thread" and isinstance(_POOL, dict) and not env_str("DATAB
     _POOL["max_size"] = GOAAI_EXECUTOR_THREADS + 16
 # Requests that start a run let into Django at a time, per server process
 # (goaai.start_gate; 0: no limit): the others wait in the event loop, and reads are
-# served beside them.
-GOAAI_RUN_STARTS_AT_ONCE = env_int("GOAAI_RUN_STARTS_AT_ONCE", 1)
+# served beside them. SQLite writes one transaction at a time whatever comes in: 1.
+# PostgreSQL writes in parallel, and a run start there waits on its statements' round
+# trips and its commit: 2, one's waits overlapping the other's work (bench/capacity.py:
+# 50 chats 1.44x one chat, 1.58x with 1).
+_ONE_WRITER = DATABASES["default"]["ENGINE"] == "goaai.sqlite"
+GOAAI_RUN_STARTS_AT_ONCE = env_int("GOAAI_RUN_STARTS_AT_ONCE", 1 if _ONE_WRITER else 2)
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).

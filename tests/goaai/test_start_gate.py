@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 
@@ -263,6 +264,16 @@ async def test_the_next_start_goes_in_once_the_answer_is_sent(settings):
     assert [m.get("body") for m in sent] == [None, b"{", b"}"]
     steps["end"].set()
     await first
+
+
+@pytest.mark.skipif("GOAAI_RUN_STARTS_AT_ONCE" in os.environ, reason="set in the environment")
+def test_by_default_one_start_goes_in_on_sqlite_and_two_on_postgresql():
+    # SQLite writes one transaction at a time; on PostgreSQL one start's round trips
+    # and commit overlap another's work.
+    from django.conf import settings
+    from django.db import connection
+
+    assert settings.GOAAI_RUN_STARTS_AT_ONCE == (1 if connection.vendor == "sqlite" else 2)
 
 
 @pytest.mark.parametrize(("at_once", "most"), [(2, 2), (0, 3)])
