@@ -273,7 +273,8 @@ def test_by_default_one_start_goes_in_on_sqlite_and_two_on_postgresql():
     from django.conf import settings
     from django.db import connection
 
-    assert settings.GOAAI_RUN_STARTS_AT_ONCE == (1 if connection.vendor == "sqlite" else 2)
+    at_once = settings.GOAAI_RUN_STARTS_AT_ONCE
+    assert at_once == (1 if connection.vendor == "sqlite" else 2)
 
 
 @pytest.mark.parametrize(("at_once", "most"), [(2, 2), (0, 3)])
