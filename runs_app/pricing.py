@@ -11,16 +11,20 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from django.db.models import CharField, DateTimeField
+
+from goaai import sql
 from goaai.runtime.pricing import Price, cost_of
 from goaai.runtime.types import Usage
 from runs_app.models import ModelPrice
 
-
-def price_in_force(profile: str, model: str, at: dt.datetime) -> Price | None:
-    """The price of ``profile``'s ``model`` at ``at``: the latest that took effect by
-    then, or ``None``."""
-    row = (
-        ModelPrice.objects.filter(profile=profile, model=model, effective_from__lte=at)
+_IN_FORCE = sql.Prepared(
+    lambda: (
+        ModelPrice.objects.filter(
+            profile=sql.Slot("profile", CharField()),
+            model=sql.Slot("model", CharField()),
+            effective_from__lte=sql.Slot("at", DateTimeField()),
+        )
         .order_by("-effective_from")
         .values_list(
             "input_per_million",
@@ -28,9 +32,15 @@ def price_in_force(profile: str, model: str, at: dt.datetime) -> Price | None:
             "cached_input_per_million",
             "cache_write_per_million",
             "reasoning_per_million",
-        )
-        .first()
+        )[:1]
     )
+)
+
+
+def price_in_force(profile: str, model: str, at: dt.datetime) -> Price | None:
+    """The price of ``profile``'s ``model`` at ``at``: the latest that took effect by
+    then, or ``None`` (every turn's reply asks: a statement built once)."""
+    row = _IN_FORCE.first(profile=profile, model=model, at=at)
     return None if row is None else Price(*row)
 
 

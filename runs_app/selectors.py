@@ -381,14 +381,7 @@ def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
 def session_next_queued(*, session_id: UUID) -> UUID | None:
     """The session's run whose turn has come: its oldest open top-level run, if it
     has not started yet."""
-    first = (
-        Run.objects.filter(
-            session_id=session_id, parent_run__isnull=True, status__in=OPEN_RUN_STATUSES
-        )
-        .order_by("created_at")
-        .values_list("id", "status")
-        .first()
-    )
+    first = _OPEN_RUNS.first(session=session_id)
     return first[0] if first is not None and first[1] == RunStatus.PENDING else None
 
 

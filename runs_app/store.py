@@ -13,8 +13,10 @@ from typing import Any
 from uuid import UUID
 
 from django.db import close_old_connections, transaction
+from django.db.models import BigIntegerField
 from django.utils import timezone
 
+from goaai import sql
 from goaai.runtime.errors import NotFound
 from goaai.runtime.memory_ranking import memory_budget
 from goaai.runtime.policy import Decision
@@ -108,14 +110,21 @@ def _info(run: Run) -> RunInfo:
     return replace(RunInfo.of(run), queued_behind=selectors.run_queued_behind(run))
 
 
+_DEFINITION = sql.Prepared(
+    lambda: (
+        AgentVersion.objects.filter(pk=sql.Slot("version", BigIntegerField()))
+        .order_by()
+        .values_list("definition")
+    )
+)
+
+
 def _definition(agent_version_id: int | None) -> dict[str, Any] | None:
-    """The agent definition a run was started with, read by its key alone (the
-    model's ordering, which ``first()`` would add, costs more to build than the read)."""
+    """The agent definition a run was started with, read by its key alone."""
     if agent_version_id is None:
         return None
-    rows = AgentVersion.objects.filter(pk=agent_version_id).order_by()
-    found: dict[str, Any] | None = next(iter(rows.values_list("definition", flat=True)), None)
-    return found
+    found = _DEFINITION.first(version=agent_version_id)
+    return None if found is None else found[0]
 
 
 def _with_memory(context: RunContext) -> RunContext:

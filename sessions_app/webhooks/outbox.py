@@ -16,7 +16,9 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import BigIntegerField
 
+from goaai import sql
 from goaai.runtime.vocabulary import (
     RUN_END_EVENTS,
     WEBHOOK_LOGGED_EVENTS,
@@ -44,10 +46,19 @@ def message(*, type: str, at: dt.datetime, data: dict[str, Any]) -> dict[str, An
     return {"type": type, "timestamp": at.isoformat(), "data": data}
 
 
-def _subscribed(owner_id: int) -> list[tuple[UUID, list[str]]]:
-    return list(
-        WebhookEndpoint.objects.filter(owner_id=owner_id, active=True).values_list("pk", "events")
+_SUBSCRIBED = sql.Prepared(
+    lambda: (
+        WebhookEndpoint.objects.filter(owner_id=sql.Slot("owner", BigIntegerField()), active=True)
+        .order_by()
+        .values_list("pk", "events")
     )
+)
+
+
+def _subscribed(owner_id: int) -> list[tuple[UUID, list[str]]]:
+    """The owner's active endpoints and the events each subscribes to (every run's
+    end asks: a statement built once)."""
+    return [(endpoint, events) for endpoint, events in _SUBSCRIBED.rows(owner=owner_id)]
 
 
 def _write(rows: list[WebhookDelivery]) -> None:
