@@ -13,6 +13,7 @@ from channels.db import database_sync_to_async
 
 from goaai.asgi import application
 from sessions_app.services import api_token_create
+from tests.goaai.test_body_limit import http_scope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,20 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def get(path: str, headers: list[tuple[bytes, bytes]] = (), *, until: bytes = b""):
     """One GET through the ASGI application: the status, the headers and the body
     (a streamed one read until ``until`` appears in it, then the client leaves)."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = http_scope("GET", path, list(headers))
     gone = asyncio.Event()
     sent: list[dict] = []
     asked = False

@@ -14,14 +14,13 @@ from sessions_app.services import api_token_create
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def call(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
-    """Run one HTTP request through the ASGI application; returns the status, the
-    body and how many body chunks the application read."""
-    scope = {
+def http_scope(method: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict:
+    """The ASGI scope of an HTTP request from 127.0.0.1."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -31,6 +30,12 @@ async def call(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
+
+
+async def call(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
+    """Run one HTTP request through the ASGI application; returns the status, the
+    body and how many body chunks the application read."""
+    scope = http_scope("POST", path, headers)
     read = 0
 
     async def receive():
