@@ -301,9 +301,11 @@ class Chat:
         self.events = self.stream.getresponse()
         if self.events.status != 200:
             raise RuntimeError(f"{path}: {self.events.status} {self.events.read()[:300]!r}")
-        # The stream's first frame is sent once it has joined the session's group.
-        while not self.events.readline().startswith(b"retry:"):
+        # Live once the backlog (none: a new session) is done, as on the WebSocket.
+        while (line := self.events.readline()) and line.strip() != b"event: caught_up":
             pass
+        if not line:
+            raise RuntimeError(f"{path}: the stream ended before it caught up")
         self.poster.connect()
 
     def send(self) -> None:
