@@ -184,11 +184,14 @@ class _Publisher:
     worker thread: a slow or unreachable layer never slows a run, and subscribers
     that miss a message catch up from the database by sequence number.
 
-    The in-memory layer (the embedded default) keeps asyncio queues that belong to
-    the server's event loop (which subscribers register with :meth:`attach_loop`):
-    its messages go straight onto that loop, in order, one thread hop from the
-    commit. Other layers (Redis) are sent to from one background thread with its
-    own loop, fed by a queue.
+    In a process that serves live subscribers (an ASGI server: they register its
+    event loop with :meth:`attach_loop`), messages go straight onto that loop, in
+    order, one thread hop from the commit, and are sent to the layer from there: the
+    in-memory layer (the embedded default) keeps asyncio queues that belong to that
+    loop, and a Redis layer publishes on the connection the loop already has, from
+    which its own subscribers receive. Elsewhere (a Celery worker), and in a server
+    before its first subscriber, messages for a Redis layer are sent from one
+    background thread with its own loop, fed by a queue.
     """
 
     def __init__(self) -> None:
@@ -197,20 +200,20 @@ class _Publisher:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._server_loop: asyncio.AbstractEventLoop | None = None
-        # In-memory deliveries not finished yet (see drain()).
+        # Sends on the server loop not finished yet (see drain()).
         self._inflight: set[asyncio.Task[None]] = set()
-        # The in-memory path's pieces of text held for their frame (server loop only),
-        # whose frames last as long as the group's subscribers ask.
-        self._coalescer = DeltaCoalescer(_in_memory_frame)
-        # The in-memory path's messages not sent yet (server loop only): see _enqueue().
+        # The server loop's pieces of text held for their frame, whose frames last as
+        # long as the group's subscribers ask (as far as this process knows them).
+        self._coalescer = DeltaCoalescer(_frame_on_loop)
+        # The server loop's messages not sent yet: see _enqueue().
         self._batch: list[tuple[str, Any, float]] = []
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Deliver in-memory messages on ``loop``, where the subscribers wait."""
+        """Deliver messages on ``loop``, where this process's subscribers wait."""
         self._server_loop = loop
 
     def detach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Stop delivering in-memory messages on ``loop`` (its subscribers left and
+        """Stop delivering messages on ``loop`` (its subscribers left and
         it is about to close), if it is still the one attached."""
         if self._server_loop is loop:
             self._server_loop = None
@@ -232,13 +235,15 @@ class _Publisher:
         # the moment of the commit, where their publication lag starts.
         committed = time.monotonic()
         layer = get_channel_layer()
-        if isinstance(layer, InMemoryChannelLayer):
-            server = self._server_loop
-            if server is not None and not server.is_closed():
-                server.call_soon_threadsafe(
-                    self._deliver_in_memory, layer, group, message, committed
-                )
+        in_memory = isinstance(layer, InMemoryChannelLayer)
+        server = self._server_loop
+        # The in-memory layer's subscribers are on that loop whenever it runs again;
+        # a Redis layer's may be elsewhere, and are sent to from the thread instead.
+        if server is not None and not server.is_closed() and (in_memory or server.is_running()):
+            server.call_soon_threadsafe(self._deliver_on_loop, layer, group, message, committed)
             return
+        if in_memory:
+            return  # its subscribers waited on a loop that is closed
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -336,26 +341,22 @@ class _Publisher:
     ) -> None:
         loop.run_until_complete(layer.group_send(group, message))
 
-    def _deliver_in_memory(
-        self, layer: InMemoryChannelLayer, group: str, item: Any, committed: float
-    ) -> None:
+    def _deliver_on_loop(self, layer: Any, group: str, item: Any, committed: float) -> None:
         # On the server's loop; callbacks run in the order they were handed over, and
         # each task they start is queued behind the one before.
         items, opened = self._coalescer.take(group, item, time.monotonic())
         if opened is not None:
-            asyncio.get_running_loop().call_later(opened, self._flush_in_memory, layer)
+            asyncio.get_running_loop().call_later(opened, self._flush_on_loop, layer)
         for each in items:
             self._enqueue(layer, group, each, committed)
 
-    def _flush_in_memory(self, layer: InMemoryChannelLayer) -> None:
+    def _flush_on_loop(self, layer: Any) -> None:
         """Send the pieces held for a frame that ended."""
         for group, piece, interval in self._coalescer.due(time.monotonic()):
             self._enqueue(layer, group, piece, 0.0)
-            asyncio.get_running_loop().call_later(interval, self._flush_in_memory, layer)
+            asyncio.get_running_loop().call_later(interval, self._flush_on_loop, layer)
 
-    def _enqueue(
-        self, layer: InMemoryChannelLayer, group: str, item: Any, committed: float
-    ) -> None:
+    def _enqueue(self, layer: Any, group: str, item: Any, committed: float) -> None:
         """Send ``item`` with whatever else reaches the loop before its next turn. A
         timer of no delay runs after every callback already queued, those handed over
         from other threads meanwhile included: the steps that commit while the server
@@ -365,19 +366,21 @@ class _Publisher:
             asyncio.get_running_loop().call_later(0, self._send_batch, layer)
         self._batch.append((group, item, committed))
 
-    def _send_batch(self, layer: InMemoryChannelLayer) -> None:
+    def _send_batch(self, layer: Any) -> None:
         batch, self._batch = self._batch, []
         for group, item, committed in merge_steps(batch):
-            self._group_send_in_memory(layer, group, item, committed)
+            self._group_send_on_loop(layer, group, item, committed)
 
-    def _group_send_in_memory(
-        self, layer: InMemoryChannelLayer, group: str, item: Any, committed: list[float]
+    def _group_send_on_loop(
+        self, layer: Any, group: str, item: Any, committed: list[float]
     ) -> None:
         # The messages built here for the send are handed over: goaai's layer queues
-        # them for the group's members at once, without a copy or a task each.
+        # them for the group's members at once, without a copy or a task each. Any
+        # other layer sends each from a task of its own, started in order (a Redis
+        # layer publishes them on one connection, in that order).
         owned = isinstance(item, tuple) or _is_delta(item)
         for target, message in self._messages(group, item):
-            if target not in layer.groups:
+            if isinstance(layer, InMemoryChannelLayer) and target not in layer.groups:
                 continue
             if isinstance(layer, GoaaiInMemoryLayer):
                 try:
@@ -402,11 +405,11 @@ class _Publisher:
     def _delivered(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("Publishing to the in-memory layer failed", exc_info=task.exception())
+            logger.error("Publishing to the channel layer failed", exc_info=task.exception())
 
     async def _settle(self) -> None:
         layer = get_channel_layer()
-        if isinstance(layer, InMemoryChannelLayer):
+        if layer is not None:
             for group, piece in self._coalescer.flush():
                 self._enqueue(layer, group, piece, 0.0)
             self._send_batch(layer)
@@ -434,7 +437,9 @@ class _Publisher:
         done.wait(timeout)
 
 
-def _in_memory_frame(group: str) -> float:
+def _frame_on_loop(group: str) -> float:
+    # Only the in-memory layer knows a group's subscribers; with another, a frame
+    # lasts as long as for one server's few.
     layer = get_channel_layer()
     members = layer.groups.get(group, ()) if isinstance(layer, InMemoryChannelLayer) else ()
     return frame_seconds(len(members))

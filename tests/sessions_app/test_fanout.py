@@ -414,3 +414,56 @@ def test_the_publisher_thread_sends_the_steps_queued_meanwhile_as_one(settings):
 
     sent = [[event["seq"] for event in message["events"]] for _, message in RecordingLayer.sent]
     assert sent == [[1], [2, 3, 4]]
+
+
+class LoopRecordingLayer(RecordingLayer):
+    """A layer that is not the in-memory one, recording the thread each send ran on."""
+
+    threads: ClassVar[list[int]] = []
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.threads.append(threading.get_ident())
+        await super().group_send(group, message)
+
+
+async def test_a_server_with_subscribers_publishes_to_a_redis_layer_from_its_own_loop(settings):
+    # A process whose subscribers registered their loop (an ASGI server running runs
+    # on its threads) sends there, in order, on the layer connection the loop has:
+    # one thread hop from the commit, not two.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.LoopRecordingLayer"}}
+    RecordingLayer.sent.clear()
+    LoopRecordingLayer.threads.clear()
+    server = publishing._Publisher()
+    server.attach_loop(asyncio.get_running_loop())
+
+    def commit_steps() -> None:
+        for seq in (1, 2, 3):
+            server.send(GROUP, step(seq))
+        server.drain()
+
+    await asyncio.to_thread(commit_steps)
+
+    sent = [[event["seq"] for event in message["events"]] for _, message in RecordingLayer.sent]
+    assert [seq for steps in sent for seq in steps] == [1, 2, 3]
+    assert set(LoopRecordingLayer.threads) == {threading.get_ident()}
+    assert server._thread is None
+
+
+def test_without_a_running_loop_a_redis_layer_is_published_to_from_the_thread(settings):
+    # A Celery worker has no subscribers' loop; a server's loop that stopped may
+    # never run again, while subscribers on other servers wait for the message.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.LoopRecordingLayer"}}
+    RecordingLayer.sent.clear()
+    LoopRecordingLayer.threads.clear()
+    stopped = asyncio.new_event_loop()
+    try:
+        worker = publishing._Publisher()
+        worker.attach_loop(stopped)
+        worker.send(GROUP, step(1))
+        worker.drain()
+    finally:
+        stopped.close()
+
+    assert [m["events"][0]["seq"] for _, m in RecordingLayer.sent] == [1]
+    assert worker._thread is not None
+    assert LoopRecordingLayer.threads == [worker._thread.ident]
