@@ -205,12 +205,23 @@ class _Publisher:
         # The server loop's pieces of text held for their frame, whose frames last as
         # long as the group's subscribers ask (as far as this process knows them).
         self._coalescer = DeltaCoalescer(_frame_on_loop)
-        # The server loop's messages not sent yet: see _enqueue().
+        # What committing threads handed to the server loop, not taken yet (under
+        # _handoff_lock): (layer, group, message, when it was handed over).
+        self._handoff: list[tuple[Any, str, Any, float]] = []
+        self._handoff_lock = threading.Lock()
+        # The server loop's messages about to be sent (see _send_batch()).
         self._batch: list[tuple[str, Any, float]] = []
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver messages on ``loop``, where this process's subscribers wait."""
+        if loop is self._server_loop:
+            return
         self._server_loop = loop
+        with self._handoff_lock:
+            waiting = bool(self._handoff)
+        if waiting:
+            # Handed to a loop that stopped before taking them: this one takes them.
+            loop.call_soon_threadsafe(self._take_handoff)
 
     def detach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop delivering messages on ``loop`` (its subscribers left and
@@ -240,7 +251,7 @@ class _Publisher:
         # The in-memory layer's subscribers are on that loop whenever it runs again;
         # a Redis layer's may be elsewhere, and are sent to from the thread instead.
         if server is not None and not server.is_closed() and (in_memory or server.is_running()):
-            server.call_soon_threadsafe(self._deliver_on_loop, layer, group, message, committed)
+            self._hand_to_loop(server, (layer, group, message, committed))
             return
         if in_memory:
             return  # its subscribers waited on a loop that is closed
@@ -341,30 +352,45 @@ class _Publisher:
     ) -> None:
         loop.run_until_complete(layer.group_send(group, message))
 
-    def _deliver_on_loop(self, layer: Any, group: str, item: Any, committed: float) -> None:
-        # On the server's loop; callbacks run in the order they were handed over, and
-        # each task they start is queued behind the one before.
-        items, opened = self._coalescer.take(group, item, time.monotonic())
-        if opened is not None:
-            asyncio.get_running_loop().call_later(opened, self._flush_on_loop, layer)
-        for each in items:
-            self._enqueue(layer, group, each, committed)
+    def _hand_to_loop(
+        self, loop: asyncio.AbstractEventLoop, handed: tuple[Any, str, Any, float]
+    ) -> None:
+        """Queue ``handed`` for the server loop, where one callback takes everything
+        handed over until it runs: an idle server sends at once, in the callback that
+        wakes it, and the steps that commit while it is busy sending (to hundreds of
+        sockets, tens of milliseconds) go out together (:func:`merge_steps`)."""
+        with self._handoff_lock:
+            first = not self._handoff
+            self._handoff.append(handed)
+        if not first:
+            return  # the callback that takes it is already on its way
+        try:
+            loop.call_soon_threadsafe(self._take_handoff)
+        except RuntimeError:
+            # The loop closed meanwhile, and with it its subscribers' queues.
+            with self._handoff_lock:
+                self._handoff.clear()
+
+    def _take_handoff(self) -> None:
+        # On the server loop: what was handed over, in order, through the coalescer.
+        with self._handoff_lock:
+            handed, self._handoff = self._handoff, []
+        if not handed:
+            return
+        now = time.monotonic()
+        for layer, group, item, committed in handed:
+            items, opened = self._coalescer.take(group, item, now)
+            if opened is not None:
+                asyncio.get_running_loop().call_later(opened, self._flush_on_loop, layer)
+            self._batch += [(group, each, committed) for each in items]
+        self._send_batch(layer)
 
     def _flush_on_loop(self, layer: Any) -> None:
         """Send the pieces held for a frame that ended."""
         for group, piece, interval in self._coalescer.due(time.monotonic()):
-            self._enqueue(layer, group, piece, 0.0)
+            self._batch.append((group, piece, 0.0))
             asyncio.get_running_loop().call_later(interval, self._flush_on_loop, layer)
-
-    def _enqueue(self, layer: Any, group: str, item: Any, committed: float) -> None:
-        """Send ``item`` with whatever else reaches the loop before its next turn. A
-        timer of no delay runs after every callback already queued, those handed over
-        from other threads meanwhile included: the steps that commit while the server
-        is busy sending (to hundreds of sockets, tens of milliseconds) go out together
-        (:func:`merge_steps`), and an idle server sends at once."""
-        if not self._batch:
-            asyncio.get_running_loop().call_later(0, self._send_batch, layer)
-        self._batch.append((group, item, committed))
+        self._send_batch(layer)
 
     def _send_batch(self, layer: Any) -> None:
         batch, self._batch = self._batch, []
@@ -408,10 +434,10 @@ class _Publisher:
             logger.error("Publishing to the channel layer failed", exc_info=task.exception())
 
     async def _settle(self) -> None:
+        self._take_handoff()
         layer = get_channel_layer()
         if layer is not None:
-            for group, piece in self._coalescer.flush():
-                self._enqueue(layer, group, piece, 0.0)
+            self._batch += [(group, piece, 0.0) for group, piece in self._coalescer.flush()]
             self._send_batch(layer)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)

@@ -215,6 +215,28 @@ async def test_steps_handed_over_while_the_server_is_busy_reach_subscribers_as_o
     publisher.detach_loop(asyncio.get_running_loop())
 
 
+@override_settings(CHANNEL_LAYERS=IN_MEMORY)
+async def test_what_a_stopped_loop_never_took_goes_out_on_the_next_loop_and_nothing_sticks():
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(GROUP, channel)
+    publisher = publishing._Publisher()
+    stopped = asyncio.new_event_loop()
+    try:
+        publisher.attach_loop(stopped)
+        await asyncio.to_thread(publisher.send, GROUP, step(1))
+        publisher.attach_loop(asyncio.get_running_loop())
+        message = await asyncio.wait_for(layer.receive(channel), 5)
+        assert [event["seq"] for event in message["events"]] == [1]
+
+        await asyncio.to_thread(publisher.send, GROUP, step(2))
+        message = await asyncio.wait_for(layer.receive(channel), 5)
+        assert [event["seq"] for event in message["events"]] == [2]
+    finally:
+        stopped.close()
+    publisher.detach_loop(asyncio.get_running_loop())
+
+
 # The in-memory layer
 
 
