@@ -946,6 +946,21 @@ class Prepared:
         return found[0] if found else None
 
 
+def prefetched(instance: models.Model, name: str, rows: list[Any]) -> None:
+    """Give ``instance`` the rows of its reverse relation ``name`` (``run.turns``)
+    as ``prefetch_related`` leaves them: ``instance.<name>.all()`` then answers from
+    ``rows`` without a query. For rows read with :class:`Prepared`."""
+    relation = instance._meta.get_field(name)
+    related = relation.related_model
+    if not (isinstance(related, type) and issubclass(related, models.Model)):
+        raise TypeError(f"{name} leads to no model.")
+    queryset = related._default_manager.all()
+    queryset._result_cache = rows
+    queryset._prefetch_done = True  # type: ignore[attr-defined]
+    cache = instance.__dict__.setdefault("_prefetched_objects_cache", {})
+    cache[relation.cache_name] = queryset  # type: ignore[union-attr]
+
+
 def plan_with_values() -> None:
     """For the rest of the caller's transaction, have PostgreSQL plan every statement
     for the values it is given (nothing to do on SQLite).

@@ -27,6 +27,7 @@ from uuid import UUID
 from django.db import transaction
 from django.db.models import (
     Avg,
+    BigIntegerField,
     Count,
     FloatField,
     OuterRef,
@@ -34,8 +35,10 @@ from django.db.models import (
     QuerySet,
     Subquery,
     TextField,
+    UUIDField,
 )
 
+from goaai import sql
 from goaai.runtime.errors import GoaaiError, NotFound
 from goaai.runtime.vocabulary import RunStatus, ScoreKind, ScoreSource
 from runs_app.models import Run, Score
@@ -74,8 +77,19 @@ def thumb_of(value: float | None) -> str | None:
     return Thumb.UP.value if value >= 0.5 else Thumb.DOWN.value
 
 
-def _feedback_of(user_id: int) -> QuerySet[Score]:
+def _feedback_of(user_id: Any) -> QuerySet[Score]:
     return Score.objects.filter(name=FEEDBACK, source=ScoreSource.FEEDBACK, author_id=user_id)
+
+
+# One person's feedback on one run (a run's detail shows the caller's).
+_CALLER_FEEDBACK = sql.Prepared(
+    lambda: (
+        _feedback_of(sql.Slot("user", BigIntegerField()))
+        .filter(run_id=sql.Slot("run", UUIDField()))
+        .order_by()
+        .values_list("value", "comment")
+    )
+)
 
 
 def feedback_give(
@@ -155,7 +169,7 @@ def caller_feedback(run: Run, user: Any) -> dict[str, Any] | None:
         value = getattr(run, "caller_feedback_value", None)
         comment = getattr(run, "caller_feedback_comment", "")
     elif getattr(user, "is_authenticated", False):
-        found = _feedback_of(user.pk).filter(run_id=run.pk).values_list("value", "comment").first()
+        found = _CALLER_FEEDBACK.first(user=user.pk, run=run.pk)
         value, comment = found if found is not None else (None, "")
     else:
         return None

@@ -166,22 +166,81 @@ def fork_origin(*, session_id: UUID) -> tuple[SessionFork, list[Exchange], bool]
     return fork, shown, len(walked) > FORK_EXCHANGES_SHOWN
 
 
-def runs_with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """``runs`` with their turns in order, each with its tool calls in order, and
-    their child runs' ids: what a run's detail shows, in three more queries however
-    many steps the runs have."""
-    return runs.prefetch_related(
-        Prefetch(
-            "turns",
-            queryset=Turn.objects.order_by("index").prefetch_related(
-                Prefetch("tool_calls", queryset=ToolCall.objects.order_by("index"))
-            ),
-        ),
-        Prefetch(
-            "child_runs",
-            queryset=Run.objects.order_by("created_at").only("id", "parent_run_id"),
-        ),
+def _user_model() -> Any:
+    return Run._meta.get_field("cancel_requested_by").related_model
+
+
+_RUN_DETAIL = sql.Prepared(
+    lambda: (
+        Run.objects.filter(pk=sql.Slot("run", UUIDField()))
+        .order_by()
+        .values_list(*sql.attnames(Run), f"cancel_requested_by__{_user_model().USERNAME_FIELD}")
     )
+)
+_RUN_TURNS = sql.Prepared(
+    lambda: (
+        Turn.objects.filter(run_id=sql.Slot("run", UUIDField()))
+        .order_by("index")
+        .values_list(*sql.attnames(Turn))
+    )
+)
+_RUN_TOOL_CALLS = sql.Prepared(
+    lambda: (
+        ToolCall.objects.filter(run_id=sql.Slot("run", UUIDField()))
+        .order_by("index")
+        .values_list(*sql.attnames(ToolCall))
+    )
+)
+_CHILD_RUNS = sql.Prepared(
+    lambda: (
+        Run.objects.filter(parent_run_id=sql.Slot("run", UUIDField()))
+        .order_by("created_at")
+        .values_list("id", "parent_run_id")
+    )
+)
+
+
+def run_with_stopper(*, run_id: UUID) -> Run | None:
+    """The run, with who asked it to stop (``run.cancel_requested_by``, their id and
+    name), or ``None`` if there is none: one statement built once
+    (:class:`goaai.sql.Prepared`)."""
+    found = _RUN_DETAIL.first(run=run_id)
+    if found is None:
+        return None
+    columns = sql.attnames(Run)
+    run = Run.from_db(DEFAULT_DB_ALIAS, columns, found[: len(columns)])
+    if run.cancel_requested_by_id is not None:
+        user_model = _user_model()
+        by = user_model.from_db(
+            DEFAULT_DB_ALIAS,
+            [user_model._meta.pk.attname, user_model.USERNAME_FIELD],
+            (run.cancel_requested_by_id, found[len(columns)]),
+        )
+        Run.cancel_requested_by.field.set_cached_value(run, by)
+    return run
+
+
+def run_add_steps(run: Run) -> None:
+    """Give ``run`` what its detail shows besides its own row: its turns in order,
+    each with its tool calls in order (``run.turns.all()``,
+    ``turn.tool_calls.all()``), and its child runs' ids (``run.child_runs.all()``).
+    Three statements however many steps the run has, each built once."""
+    turns = [
+        Turn.from_db(DEFAULT_DB_ALIAS, sql.attnames(Turn), row)
+        for row in _RUN_TURNS.rows(run=run.pk)
+    ]
+    calls: dict[UUID, list[ToolCall]] = {turn.pk: [] for turn in turns}
+    for row in _RUN_TOOL_CALLS.rows(run=run.pk):
+        call = ToolCall.from_db(DEFAULT_DB_ALIAS, sql.attnames(ToolCall), row)
+        calls.setdefault(call.turn_id, []).append(call)
+    for turn in turns:
+        sql.prefetched(turn, "tool_calls", calls[turn.pk])
+    sql.prefetched(run, "turns", turns)
+    children = [
+        Run.from_db(DEFAULT_DB_ALIAS, ["id", "parent_run_id"], row)
+        for row in _CHILD_RUNS.rows(run=run.pk)
+    ]
+    sql.prefetched(run, "child_runs", children)
 
 
 def run_turns(*, run_id: UUID) -> QuerySet[Turn]:

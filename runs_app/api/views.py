@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from django.db.models import QuerySet
 from django.http import Http404, StreamingHttpResponse
@@ -21,7 +22,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from goaai.access import ADDITION, CHANGE
+from goaai.access import ADDITION, CHANGE, allowed
 from goaai.api.exceptions import Conflict
 from goaai.api.pagination import Cursor, SeqPage
 from goaai.api.views import ScopedViewSet
@@ -55,9 +56,10 @@ from runs_app.idempotency import (
 from runs_app.models import Run, ToolCall, Turn
 from runs_app.scores import with_caller_feedback, without_caller_feedback
 from runs_app.selectors import (
+    run_add_steps,
     run_for_idempotency_key,
     run_row,
-    runs_with_steps,
+    run_with_stopper,
     with_queue,
     with_queue_known,
 )
@@ -287,19 +289,29 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
             # One run: its place in the queue and the caller's feedback are read
             # by the serializer only when it has them (cheaper than building
             # their subqueries into the run's query).
-            return runs_with_steps(runs) if self.action == "retrieve" else runs
+            return runs
         return with_caller_feedback(with_queue(runs), self.request.user)
 
     def get_serializer_class(self) -> Any:
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        run = self.get_object()
+        # The run as get_object() finds one (another user's only with the
+        # permission to read it, else not found), read in statements built once:
+        # the API's most read answer.
+        try:
+            run = run_with_stopper(run_id=UUID(pk))
+        except ValueError:
+            run = None
+        owner_id = run_owner_id(run) if run is not None else None
+        if run is None or not allowed(request.user, Run, "view", owner_id):
+            raise Http404("No Run matches the given query.")
+        self.check_object_permissions(request, run)
         # The run comes with its turns and tool calls: someone else's needs the
         # permission to read those too.
-        owner_id = run_owner_id(run)
         self.require(Turn, "view", owner_id)
         self.require(ToolCall, "view", owner_id)
+        run_add_steps(run)
         return Response(self.get_serializer(run).data)
 
     @extend_schema(

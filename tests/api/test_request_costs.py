@@ -14,6 +14,7 @@ from django.db import connection
 
 from goaai.runtime import rt
 from goaai.runtime.types import RunInfo
+from tests.factories import RunFactory
 from tests.statement_tally import tallying
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,3 +84,24 @@ def test_each_request_costs_what_is_pinned(api, made):
         costs[name] = (tally.statements, tally.transactions)
     assert len(executor.runs) == 2
     assert costs == COSTS, connection.vendor
+
+
+def test_a_stopped_runs_detail_costs_the_same_and_shows_all_it_has(api, owner, made):
+    """Who stopped the run, the caller's feedback and the run's child runs come in
+    the statements pinned above, not in one more each."""
+    _, _, starts, _ = made
+    response = api.post(f"/api/v1/sessions/{starts[0]}/runs/", {"input": "hi"}, format="json")
+    run = response.json()["id"]
+    assert api.post(f"/api/v1/runs/{run}/cancel/", {}, format="json").status_code == 200
+    child = RunFactory(session_id=starts[0], parent_run_id=run, status="completed")
+    given = {"value": "down", "comment": "stopped too early"}
+    assert api.post(f"/api/v1/runs/{run}/feedback/", given, format="json").status_code == 201
+    api.get(f"/api/v1/runs/{run}/")
+    with tallying() as tally:
+        body = api.get(f"/api/v1/runs/{run}/").json()
+    assert (tally.statements, tally.transactions) == COSTS["run detail"]
+    assert body["status"] == "canceled"
+    assert body["stopped_by"] == {"kind": "user", "user": owner.username, "rule": None}
+    assert body["feedback"] == given
+    assert body["child_runs"] == [str(child.id)]
+    assert body["turns"] == []
