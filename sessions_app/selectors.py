@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -12,15 +13,18 @@ from django.db.models import (
     BigIntegerField,
     CharField,
     DecimalField,
+    F,
     Field,
     Model,
     OuterRef,
     QuerySet,
     Subquery,
     Sum,
+    UUIDField,
     Value,
 )
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import In
 from django.utils import timezone
 
 from goaai import sql
@@ -149,26 +153,45 @@ def _runs() -> QuerySet[Any]:
     return model._default_manager.all()
 
 
+# How many session ids the statement that adds up their runs takes: one session,
+# a page of the API's default size, a page of its largest. A shorter list repeats
+# its last id; a longer one goes in several statements.
+_TOTALS_SLOTS = (1, 50, 200)
+
+
+@functools.cache
+def _run_totals_read(slots: int, fields: tuple[str, ...]) -> sql.Prepared:
+    """The statement that adds up ``fields`` over the runs of ``slots`` sessions,
+    grouped by session, built once (:class:`goaai.sql.Prepared`)."""
+    return sql.Prepared(
+        lambda: (
+            _runs()
+            .filter(In(F("session_id"), [sql.Slot(f"s{i}", UUIDField()) for i in range(slots)]))
+            .order_by()
+            .values_list("session_id")
+            .annotate(**{name: Sum(name) for name in fields})
+        )
+    )
+
+
 def sessions_add_run_totals(
     sessions: Sequence[Session], fields: tuple[str, ...] = RUN_TOTALS
 ) -> None:
     """Give each of ``sessions`` (a page of them, already read) what its runs add
-    up to, as ``runs_<field>``, in one grouped query: cheaper to build than the
-    subqueries of :func:`sessions_with_usage`, and the same figures."""
-    if not sessions:
-        return
-    found = {
-        row["session_id"]: row
-        for row in _runs()
-        .filter(session_id__in=[s.pk for s in sessions])
-        .values("session_id")
-        .annotate(**{name: Sum(name) for name in fields})
-        .order_by()
-    }
+    up to, as ``runs_<field>``, grouped in one statement built once: the figures of
+    :func:`sessions_with_usage`, without building its subqueries each time."""
+    ids = [session.pk for session in sessions]
+    found: dict[UUID, tuple[Any, ...]] = {}
+    while ids:
+        slots = next((n for n in _TOTALS_SLOTS if n >= len(ids)), _TOTALS_SLOTS[-1])
+        chunk, ids = ids[:slots], ids[slots:]
+        values = {f"s{i}": chunk[min(i, len(chunk) - 1)] for i in range(slots)}
+        for row in _run_totals_read(slots, fields).rows(**values):
+            found[row[0]] = row[1:]
     for session in sessions:
-        sums = found.get(session.pk, {})
-        for name in fields:
-            total = sums.get(name)
+        sums = found.get(session.pk)
+        for position, name in enumerate(fields):
+            total = sums[position] if sums is not None else None
             setattr(session, f"runs_{name}", 0 if total is None else total)
 
 
