@@ -55,6 +55,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 
@@ -944,6 +945,14 @@ class Prepared:
         """The first row :meth:`rows` finds, or ``None``."""
         found = self.rows(**values)
         return found[0] if found else None
+
+
+def user_named(user_id: Any, name: str) -> Any:
+    """The user ``user_id`` as a read of only their id and name (``USERNAME_FIELD``)
+    gives one: for a row read with :class:`Prepared` joined to its user's name."""
+    user_model = get_user_model()
+    columns = [user_model._meta.pk.attname, user_model.USERNAME_FIELD]
+    return user_model.from_db(DEFAULT_DB_ALIAS, columns, (user_id, name))
 
 
 def prefetched(instance: models.Model, name: str, rows: list[Any]) -> None:

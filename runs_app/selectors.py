@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
     Case,
@@ -166,15 +167,11 @@ def fork_origin(*, session_id: UUID) -> tuple[SessionFork, list[Exchange], bool]
     return fork, shown, len(walked) > FORK_EXCHANGES_SHOWN
 
 
-def _user_model() -> Any:
-    return Run._meta.get_field("cancel_requested_by").related_model
-
-
 _RUN_DETAIL = sql.Prepared(
     lambda: (
         Run.objects.filter(pk=sql.Slot("run", UUIDField()))
         .order_by()
-        .values_list(*sql.attnames(Run), f"cancel_requested_by__{_user_model().USERNAME_FIELD}")
+        .values_list(*sql.attnames(Run), f"cancel_requested_by__{get_user_model().USERNAME_FIELD}")
     )
 )
 _RUN_TURNS = sql.Prepared(
@@ -210,12 +207,7 @@ def run_with_stopper(*, run_id: UUID) -> Run | None:
     columns = sql.attnames(Run)
     run = Run.from_db(DEFAULT_DB_ALIAS, columns, found[: len(columns)])
     if run.cancel_requested_by_id is not None:
-        user_model = _user_model()
-        by = user_model.from_db(
-            DEFAULT_DB_ALIAS,
-            [user_model._meta.pk.attname, user_model.USERNAME_FIELD],
-            (run.cancel_requested_by_id, found[len(columns)]),
-        )
+        by = sql.user_named(run.cancel_requested_by_id, found[len(columns)])
         Run.cancel_requested_by.field.set_cached_value(run, by)
     return run
 

@@ -104,6 +104,27 @@ def api_token_active(*, digest: str) -> ApiToken | None:
     return token
 
 
+_SESSION_WITH_OWNER = sql.Prepared(
+    lambda: (
+        Session.objects.filter(pk=sql.Slot("session", UUIDField()))
+        .order_by()
+        .values_list(*sql.attnames(Session), f"owner__{get_user_model().USERNAME_FIELD}")
+    )
+)
+
+
+def session_with_owner(*, session_id: UUID) -> Session | None:
+    """The session with its owner's id and name (``session.owner``), or ``None`` if
+    there is none: one statement built once (:class:`goaai.sql.Prepared`)."""
+    found = _SESSION_WITH_OWNER.first(session=session_id)
+    if found is None:
+        return None
+    columns = sql.attnames(Session)
+    session = Session.from_db(DEFAULT_DB_ALIAS, columns, found[: len(columns)])
+    session.owner = sql.user_named(session.owner_id, found[len(columns)])
+    return session
+
+
 def _total_field(name: str) -> Field[Any, Any]:
     if name == "cost":
         return DecimalField(max_digits=20, decimal_places=10)

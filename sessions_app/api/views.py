@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from django.db import transaction
 from django.db.models import QuerySet
+from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from drf_standardized_errors.openapi_validation_errors import extend_validation_errors
 from rest_framework import mixins, status
@@ -15,7 +17,7 @@ from rest_framework.exceptions import AuthenticationFailed, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from goaai.access import CHANGE, DELETION, has_permission
+from goaai.access import CHANGE, DELETION, allowed, has_permission
 from goaai.api.pagination import Cursor
 from goaai.api.views import ScopedViewSet
 from goaai.runtime import rt
@@ -31,7 +33,7 @@ from sessions_app.api.serializers import (
     SessionUpdateSerializer,
 )
 from sessions_app.models import ApiToken, Session
-from sessions_app.selectors import sessions_add_run_totals
+from sessions_app.selectors import session_with_owner, sessions_add_run_totals
 
 _SESSION_COLUMNS = tuple(field.name for field in Session._meta.concrete_fields)
 
@@ -105,6 +107,18 @@ class SessionViewSet(
             # What each session's runs add up to, for the whole page at once.
             sessions_add_run_totals(page)
         return page
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        # The session as get_object() finds one (another user's only with the
+        # permission to read it, else not found), read in a statement built once.
+        try:
+            session = session_with_owner(session_id=UUID(pk))
+        except ValueError:
+            session = None
+        if session is None or not allowed(request.user, Session, "view", session.owner_id):
+            raise Http404("No Session matches the given query.")
+        self.check_object_permissions(request, session)
+        return Response(self.get_serializer(session).data)
 
     @extend_schema(
         summary="Start a session",
