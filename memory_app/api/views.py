@@ -8,7 +8,6 @@ from uuid import UUID
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -48,7 +47,7 @@ from memory_app.api.serializers import (
 )
 from memory_app.models import MemoryEntry, MemoryRevision
 from memory_app.selectors import memory_resolve, memory_search
-from sessions_app.access import sessions_readable
+from sessions_app.access import session_readable, sessions_readable
 
 
 class RevisionCursor(Cursor):
@@ -272,10 +271,10 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             errors["session"] = ["A session id."]
         if errors:
             raise ValidationError(errors)
-        session = get_object_or_404(sessions_readable(request.user), pk=session_id)
+        session = session_readable(request.user, session_id)
         # What a run reads includes its owner's user memory: someone else's session
         # also needs the permission to read their memory.
-        if not allowed(request.user, MemoryEntry, "view", session.owner_id):
+        if session is None or not allowed(request.user, MemoryEntry, "view", session.owner_id):
             raise NotFound("No such session.")
         entry = memory_resolve(key=key, session_id=session.pk)
         if entry is None:
@@ -338,9 +337,9 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
             errors["limit"] = ["A whole number from 1 to 50."]
         if errors:
             raise ValidationError(errors)
-        session = get_object_or_404(sessions_readable(request.user), pk=session_id)
+        session = session_readable(request.user, session_id)
         # As for resolve: someone else's session takes the permission to read their memory.
-        if not allowed(request.user, MemoryEntry, "view", session.owner_id):
+        if session is None or not allowed(request.user, MemoryEntry, "view", session.owner_id):
             raise NotFound("No such session.")
         found = memory_search(session_id=session.pk, query=query, limit=limit)
         results = [{"key": key, "value": value, "scope": scope} for scope, key, value in found]
