@@ -418,8 +418,13 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             # A Redis that stopped answering is an error (a 503 for starting a run)
-            # after these many seconds, not a request that waits without end.
-            "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 3},
+            # after these many seconds, not a request that waits without end. Every
+            # thread's cache takes its connections from one pool (goaai.redis_pool).
+            "OPTIONS": {
+                "socket_connect_timeout": 3,
+                "socket_timeout": 3,
+                "pool_class": "goaai.redis_pool.SharedConnectionPool",
+            },
         }
     }
 
