@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
     Case,
+    DateTimeField,
     Exists,
     F,
     OuterRef,
@@ -378,18 +379,23 @@ def run_queued_behind(run: Run) -> UUID | None:
     if hasattr(run, "queued_behind_id"):
         known: UUID | None = run.queued_behind_id
         return known
-    found: UUID | None = (
+    found = _OPEN_BEFORE.first(session=run.session_id, before=run.created_at)
+    return None if found is None else found[0]
+
+
+# The newest open top-level run of a session created before a given time.
+_OPEN_BEFORE = sql.Prepared(
+    lambda: (
         Run.objects.filter(
-            session_id=run.session_id,
+            session_id=sql.Slot("session", UUIDField()),
             parent_run__isnull=True,
-            status__in=OPEN_RUN_STATUSES,
-            created_at__lt=run.created_at,
+            status__in=sorted(OPEN_RUN_STATUSES),
+            created_at__lt=sql.Slot("before", DateTimeField()),
         )
         .order_by("-created_at")
-        .values_list("id", flat=True)
-        .first()
+        .values_list("id")[:1]
     )
-    return found
+)
 
 
 _RUN = sql.Prepared(

@@ -250,7 +250,9 @@ def run_create(
                 run_id=parent_run_id,
             )
         if ahead:
-            _queue(batch, run, [run_id for run_id, _ in ahead], Multitask(multitask))
+            behind = _queue(batch, run, [run_id for run_id, _ in ahead], Multitask(multitask))
+            # What it waits for is known: the runtime's answer reads no more.
+            selectors.with_queue_known(run, behind)
     return run
 
 
@@ -270,11 +272,12 @@ def _refuse_beside(session_id: UUID, active: tuple[UUID, str], key: str | None) 
     )
 
 
-def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask) -> None:
+def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask) -> UUID | None:
     """The new ``run`` arrived while the runs ``ahead`` (oldest first) were open: it
     waits behind those still open, after asking them all to stop for ``interrupt``
     (one that no loop executes is canceled at once; a working one stops at its next
-    step, keeping what it had said)."""
+    step, keeping what it had said). Returns the run it waits for, the newest still
+    open (``None`` if none is)."""
     if multitask == Multitask.INTERRUPT:
         reason = f"interrupted by a new message (run {run.id})"
         ahead = [
@@ -284,11 +287,13 @@ def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask)
                 batch, run_id, reason, kind=StopKind.SUPERSEDED, by=run.created_by_id
             ).is_terminal
         ]
-    if ahead:
-        batch.add(
-            *payloads.run_queued(behind=ahead[-1], ahead=len(ahead), multitask=multitask),
-            run_id=run.id,
-        )
+    if not ahead:
+        return None
+    batch.add(
+        *payloads.run_queued(behind=ahead[-1], ahead=len(ahead), multitask=multitask),
+        run_id=run.id,
+    )
+    return ahead[-1]
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,20 @@ def test_a_stopped_runs_detail_costs_the_same_and_shows_all_it_has(api, owner, m
     assert body["feedback"] == given
     assert body["child_runs"] == [str(child.id)]
     assert body["turns"] == []
+
+
+def test_a_start_queued_behind_an_open_run_costs_no_more(api, made):
+    """A message sent while the session's run is open waits behind it: what it
+    waits for is known from the start's own read of the open runs, not read again."""
+    _, _, starts, _ = made
+    url = f"/api/v1/sessions/{starts[0]}/runs/"
+    first = api.post(url, {"input": "echo one"}, format="json").json()["id"]
+    with tallying() as tally:
+        response = api.post(url, {"input": "echo two"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["queued_behind"] == first
+    # As a start with nothing open, less the read of the session's fork, plus a
+    # second number from the session's sequence for its second event (it is
+    # queued); SQLite inserts the two events as two statements.
+    expected = 11 if connection.vendor == "sqlite" else 10
+    assert (tally.statements, tally.transactions) == (expected, 4)
