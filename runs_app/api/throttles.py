@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
@@ -30,22 +31,35 @@ class _RunThrottle(SimpleRateThrottle):
         rate: str | None = settings.GOAAI_THROTTLE_RATES.get(self.scope or "") or None
         return rate
 
-    def allow_request(self, request: Request, view: Any) -> bool:
-        # Read the rate per request: tests and settings changes take effect at once.
+    def counter(self, request: Request, view: Any) -> str | None:
+        """The cache key of the request's counter, or ``None`` when this limit does
+        not apply (no rate, or no one to count). Reads the rate per request: tests
+        and settings changes take effect at once."""
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        self.key = None if self.rate is None else self.get_cache_key(request, view)
+        return self.key
 
-    def throttle_success(self) -> bool:
-        # Counted by record(), once every limit of the request allowed it: a request
-        # that one limit refuses must not use up another limit's allowance.
-        return True
+    def allows(self, history: list[float]) -> bool:
+        """Whether the counter's ``history`` (the times it counted, newest first, as
+        read from the cache) leaves room for one more request now; SimpleRateThrottle's
+        check, on a history read with the request's other limits."""
+        self.history = list(history)
+        self.now = self.timer()
+        duration, limit = self.duration, self.num_requests
+        if duration is None or limit is None:  # no rate: no limit
+            return True
+        while self.history and self.history[-1] <= self.now - duration:
+            self.history.pop()
+        return len(self.history) < limit
 
-    def record(self) -> None:
-        if getattr(self, "key", None) is None:  # no rate, or no one to count
-            return
-        self.history.insert(0, self.now)
-        self.cache.set(self.key, self.history, self.duration)
+    def allow_request(self, request: Request, view: Any) -> bool:
+        key = self.counter(request, view)
+        return key is None or self.allows(self.cache.get(key, []))
+
+    def counted(self) -> list[float]:
+        """The history with this request counted (see :func:`run_start_throttle`)."""
+        return [self.now, *self.history]
 
 
 class RunStartThrottled(Exception):
@@ -68,11 +82,15 @@ def run_start_throttle(*, user: Any, token: Any) -> None:
     uncounted would lift every limit for as long as Redis is away."""
     request = SimpleNamespace(user=user, auth=token)
     throttles = [RunCreateUserThrottle(), RunCreateTokenThrottle()]
+    counting = [t for t in throttles if t.counter(request, None) is not None]  # type: ignore[arg-type]
     try:
-        waits = [t.wait() for t in throttles if not t.allow_request(request, None)]  # type: ignore[arg-type]
+        # Every limit's counter read in one round trip, and written in one.
+        found = cache.get_many([t.key for t in counting]) if counting else {}
+        waits = [t.wait() for t in counting if not t.allows(found.get(t.key, []))]
         if not waits:
-            for throttle in throttles:
-                throttle.record()
+            for duration in {t.duration for t in counting}:
+                counted = {t.key: t.counted() for t in counting if t.duration == duration}
+                cache.set_many(counted, duration)
     except CACHE_ERRORS as exc:
         raise ServiceUnavailable(
             "Runs cannot be started for a moment (the rate limit counters are unavailable); "

@@ -503,3 +503,51 @@ def test_the_docs_page_is_served_without_a_cdn(api):
     # Its assets are served by this site.
     for url in re.findall(r"""<script[^>]+src\s*=\s*["']([^"']+)["']""", html):
         assert url.startswith("/"), url
+
+
+class _CountedCache:
+    """The cache, with each call the run limits make to it counted."""
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        found = getattr(self.cache, name)
+        if name in {"get", "set", "get_many", "set_many"}:
+
+            def counted(*args, **kwargs):
+                self.calls.append(name)
+                return found(*args, **kwargs)
+
+            return counted
+        return found
+
+
+def test_a_start_reads_its_limits_in_one_call_and_counts_itself_in_one(
+    api, owner, low_run_rates, monkeypatch, settings
+):
+    """With Redis, each call to the cache is a round trip: a start reads the user's
+    and the token's counters together and writes them together."""
+    from runs_app.api import throttles
+
+    counted = _CountedCache(throttles.cache)
+    monkeypatch.setattr(throttles, "cache", counted)
+    session = SessionFactory(owner=owner)
+
+    assert _start(api, session).status_code == 201
+    assert counted.calls == ["get_many", "set_many"]
+    user_key = f"throttle:run_create_user:{owner.pk}"
+    assert len(counted.cache.get(user_key)) == 1
+
+    # Limits over different windows are written with their own expiry each.
+    settings.GOAAI_THROTTLE_RATES = {"run_create_user": "3/hour", "run_create_token": "2/min"}
+    counted.calls.clear()
+    assert _start(api, session).status_code == 201
+    assert counted.calls == ["get_many", "set_many", "set_many"]
+    assert len(counted.cache.get(user_key)) == 2
+
+    # A refused start reads and writes nothing more.
+    assert _start(api, session).status_code == 429
+    assert counted.calls[-1] == "get_many"
+    assert len(counted.cache.get(user_key)) == 2
