@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.test.client import FakePayload
 from rest_framework.test import APIClient
 
+from runs_app.api import throttles
 from runs_app.models import Run
 from sessions_app.models import ApiToken, Session
 from sessions_app.services import api_token_create
@@ -529,8 +530,6 @@ def test_a_start_reads_its_limits_in_one_call_and_counts_itself_in_one(
 ):
     """With Redis, each call to the cache is a round trip: a start reads the user's
     and the token's counters together and writes them together."""
-    from runs_app.api import throttles
-
     counted = _CountedCache(throttles.cache)
     monkeypatch.setattr(throttles, "cache", counted)
     session = SessionFactory(owner=owner)
