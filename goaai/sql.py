@@ -267,14 +267,42 @@ _EVENT_COLUMNS = ("session_id", "run_id", "seq", "type", "data", "created_at")
 
 
 @functools.cache
-def _insert_events_sql(table: str, rows: int, vendor: str) -> str:
+def _move_counter_sql(session_model: type[models.Model]) -> str:
+    return f"UPDATE {_table(session_model)} SET last_event_seq = last_event_seq + %s WHERE id = %s"  # noqa: S608
+
+
+def _session_model(event_model: type[models.Model]) -> type[models.Model]:
+    session_model = event_model._meta.get_field("session").related_model
+    if not (isinstance(session_model, type) and issubclass(session_model, models.Model)):
+        raise TypeError(f"{event_model.__name__} belongs to no session.")
+    return session_model
+
+
+def move_event_counter(event_model: type[models.Model], session_id: UUID, by: int) -> None:
+    """Move the event counter of the session ``session_id`` (of ``event_model``'s
+    log) by ``by``: a step that wrote fewer events than it reserved, and none."""
+    db = connections[DEFAULT_DB_ALIAS]
+    session = event_model._meta.get_field("session_id").get_db_prep_save(session_id, db)  # type: ignore[union-attr]
+    with db.cursor() as cursor:
+        cursor.execute(_move_counter_sql(_session_model(event_model)), [by, session])
+
+
+@functools.cache
+def _insert_events_sql(
+    event_model: type[models.Model], rows: int, vendor: str, move_counter: bool
+) -> str:
     columns = ", ".join(_EVENT_COLUMNS)
     one = "(%s, %s, %s, %s, %s, %s)"
     if vendor == "sqlite":
         # SQLite runs a multi-row VALUES as a subquery: one row a statement, run
         # with executemany, is cheaper there.
         rows = 1
-    return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * rows)  # noqa: S608
+    table = _table(event_model)
+    insert = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * rows)  # noqa: S608
+    if move_counter:
+        # A data-modifying WITH runs once, whether or not the INSERT reads it.
+        return f"WITH moved AS ({_move_counter_sql(_session_model(event_model))}) {insert}"
+    return insert
 
 
 def insert_events(
@@ -283,11 +311,16 @@ def insert_events(
     session_id: UUID,
     created_at: dt.datetime,
     events: Sequence[tuple[UUID | None, int, str, Any]],
+    counter_moved: int = 0,
 ) -> None:
     """Insert a step's events, ``(run_id, seq, type, data)`` each, all of one
     session and one instant, in one statement. The values are adapted as the
     model's fields adapt them; those the events share, once. Call it inside
-    ``transaction.atomic()``."""
+    ``transaction.atomic()``.
+
+    ``counter_moved``: a step that wrote more or fewer events than it reserved
+    moves the session's event counter by the difference, in the same statement on
+    PostgreSQL (SQLite, which has no data-modifying WITH, runs one before)."""
     db = connections[DEFAULT_DB_ALIAS]
     field = event_model._meta.get_field
     session = field("session_id").get_db_prep_save(session_id, db)  # type: ignore[union-attr]
@@ -300,13 +333,17 @@ def insert_events(
             runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
         json = data_column.get_db_prep_save(data, db)  # type: ignore[union-attr]
         rows.append([session, runs[run_id], seq, str(event_type), json, moment])
-    quote = db.ops.quote_name
-    sql = _insert_events_sql(quote(event_model._meta.db_table), len(rows), db.vendor)
     with db.cursor() as cursor:
         if db.vendor == "sqlite":
-            cursor.executemany(sql, rows)
+            if counter_moved:
+                move_event_counter(event_model, session_id, counter_moved)
+            cursor.executemany(_insert_events_sql(event_model, 1, db.vendor, False), rows)
         else:
-            cursor.execute(sql, [value for row in rows for value in row])
+            moved = [counter_moved, session] if counter_moved else []
+            cursor.execute(
+                _insert_events_sql(event_model, len(rows), db.vendor, bool(counter_moved)),
+                [*moved, *(value for row in rows for value in row)],
+            )
 
 
 def read_row(model: type[models.Model], pk: Any, names: tuple[str, ...]) -> tuple[Any, ...] | None:
@@ -358,16 +395,31 @@ def _insert_sql(model: type[models.Model]) -> tuple[str, tuple[models.Field[Any,
     return f"INSERT INTO {_table(model)} ({columns}) VALUES ({marks})", fields  # noqa: S608
 
 
-def insert(instance: models.Model) -> None:
+def _stamped(field: models.Field[Any, Any]) -> bool:
+    return getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+
+
+def insert(instance: models.Model, *, now: dt.datetime | None = None) -> None:
     """Insert a new instance as ``save(force_insert=True)`` does (each field's
     ``pre_save`` and its database adaptation, no signals) with one statement
     built once per model. For the rows every step of the turn loop adds (turns,
     tool calls): the ORM's ``save()`` builds its query anew each time, at about
     ten times this statement's cost (bench/recording.py). ``IntegrityError`` as
-    Django raises it."""
+    Django raises it.
+
+    ``now``: the time its ``auto_now`` and ``auto_now_add`` fields take (by
+    default the moment of the insert), for a row whose other columns must name
+    that same moment."""
     db = connections[DEFAULT_DB_ALIAS]
     sql, fields = _insert_sql(type(instance))
-    values = [f.get_db_prep_save(f.pre_save(instance, True), db) for f in fields]
+    values = []
+    for field in fields:
+        if now is not None and _stamped(field):
+            setattr(instance, field.attname, now)
+            value: Any = now
+        else:
+            value = field.pre_save(instance, True)
+        values.append(field.get_db_prep_save(value, db))
     with db.cursor() as cursor:
         cursor.execute(sql, values)
     instance._state.adding = False

@@ -12,9 +12,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
+    BooleanField,
     Case,
     DateTimeField,
     Exists,
+    ExpressionWrapper,
     F,
     OuterRef,
     Prefetch,
@@ -433,6 +435,61 @@ def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
     """The session's top-level runs that have not ended, as (id, status), oldest
     first: the first is at work (or waits for a person), the rest wait their turn."""
     return [(run_id, status) for run_id, status in _OPEN_RUNS.rows(session=session_id)]
+
+
+def _top_level_newest_first(session: Any) -> QuerySet[Run]:
+    return Run.objects.filter(session_id=session, parent_run__isnull=True).order_by(
+        "-created_at", "-id"
+    )
+
+
+_NEWEST_TOP_LEVEL_RUN = sql.Prepared(
+    lambda: _top_level_newest_first(sql.Slot("session", UUIDField())).values_list("id")[:1]
+)
+_FORKED_AT = sql.Prepared(
+    lambda: (
+        SessionFork.objects.filter(session_id=sql.Slot("session", UUIDField()))
+        .order_by()
+        .values_list("source_run_id")[:1]
+    )
+)
+
+
+def _open_runs_and_newest() -> QuerySet[Any, Any]:
+    session = sql.Slot("session", UUIDField())
+    newest = Subquery(_top_level_newest_first(session).values("id")[:1])
+    return (
+        Run.objects.filter(session_id=session, parent_run__isnull=True)
+        .filter(Q(status__in=sorted(OPEN_RUN_STATUSES)) | Q(pk=newest))
+        .annotate(newest=ExpressionWrapper(Q(pk=newest), output_field=BooleanField()))
+        .order_by("created_at")
+        .values_list("id", "status", "newest")
+    )
+
+
+_OPEN_RUNS_AND_NEWEST = sql.Prepared(_open_runs_and_newest)
+
+
+def _forked_at(session_id: UUID) -> UUID | None:
+    found = _FORKED_AT.first(session=session_id)
+    return None if found is None else found[0]
+
+
+def session_head(session_id: UUID) -> UUID | None:
+    """The run a new message in the session continues from: its newest top-level
+    run, or for a fork with none yet, the run it was forked at."""
+    found = _NEWEST_TOP_LEVEL_RUN.first(session=session_id)
+    return found[0] if found is not None else _forked_at(session_id)
+
+
+def session_open_runs_and_head(*, session_id: UUID) -> tuple[list[tuple[UUID, str]], UUID | None]:
+    """What a new message in the session finds: its open runs (as
+    :func:`session_open_runs`) and its head (as :func:`session_head`), read in one
+    statement (and a second for a fork with no run yet)."""
+    rows = _OPEN_RUNS_AND_NEWEST.rows(session=session_id)
+    open_runs = [(run_id, status) for run_id, status, _ in rows if status in OPEN_RUN_STATUSES]
+    newest = next((run_id for run_id, _, is_newest in rows if is_newest), None)
+    return open_runs, newest if newest is not None else _forked_at(session_id)
 
 
 def session_next_queued(*, session_id: UUID) -> UUID | None:

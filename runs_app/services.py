@@ -20,7 +20,7 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
-from django.db.models import DEFERRED, Q, UUIDField
+from django.db.models import DEFERRED, Q
 from django.utils import timezone
 
 from goaai import sql
@@ -102,38 +102,6 @@ def _fork_title(title: str) -> str:
     return f"{title or 'Conversation'} (fork)"
 
 
-_NEWEST_TOP_LEVEL_RUN = sql.Prepared(
-    lambda: (
-        Run.objects.filter(session_id=sql.Slot("session", UUIDField()), parent_run__isnull=True)
-        .order_by("-created_at")
-        .values_list("id")[:1]
-    )
-)
-_FORKED_AT = sql.Prepared(
-    lambda: (
-        SessionFork.objects.filter(session_id=sql.Slot("session", UUIDField()))
-        .order_by()
-        .values_list("source_run_id")[:1]
-    )
-)
-
-
-def session_head(session_id: UUID) -> UUID | None:
-    """The run a new message in the session continues from: its newest top-level
-    run, or for a fork with none yet, the run it was forked at."""
-    found = _NEWEST_TOP_LEVEL_RUN.first(session=session_id) or _FORKED_AT.first(session=session_id)
-    return None if found is None else found[0]
-
-
-def _branch_of_new_run(session_id: UUID, branch: Branch | None, *, linked: bool) -> Branch:
-    """Where a new run continues from: nowhere for a run called as a tool, else
-    ``branch``, by default the session's head (read under the session's lock: two
-    messages racing each continue from the run created before them)."""
-    if linked:
-        return Branch(previous_run_id=None)
-    return branch or Branch(previous_run_id=session_head(session_id))
-
-
 def run_create(
     *,
     session_id: UUID,
@@ -170,7 +138,8 @@ def run_create(
     is now: the run records that version of it, found (or written, for an agent in
     code run as it is for the first time) in the run's own transaction (see
     :mod:`runs_app.agents`). A top-level run continues
-    from ``branch`` (by default from the session's head, :func:`session_head`).
+    from ``branch`` (by default from the session's head,
+    :func:`runs_app.selectors.session_head`).
 
     While another top-level run of the session is open, ``multitask`` decides, under
     the session's lock (two messages at the same moment are taken one after the
@@ -184,12 +153,24 @@ def run_create(
     with recording(session_id, expect=1 + len(decisions) + linked) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
-        ahead = [] if linked else selectors.session_open_runs(session_id=session_id)
+        # Read under the session's lock: two messages racing each continue from
+        # the run created before them.
+        if linked:
+            ahead: list[tuple[UUID, str]] = []
+            branch = Branch(previous_run_id=None)
+        elif branch is None:
+            ahead, head = selectors.session_open_runs_and_head(session_id=session_id)
+            branch = Branch(previous_run_id=head)
+        else:
+            ahead = selectors.session_open_runs(session_id=session_id)
         if ahead and multitask == Multitask.REJECT:
             _refuse_beside(session_id, ahead[-1], idempotency_key)
         agent_version = None if definition is None else agents.version_for(definition)
-        branch = _branch_of_new_run(session_id, branch, linked=linked)
+        # A run put on the queue at once is recorded so by its insert, at the time
+        # that gives updated_at (not before its last change: selectors.not_on_queue).
+        created = timezone.now()
         run = Run(
+            queued_at=created if queued and not ahead else None,
             previous_run_id=branch.previous_run_id,
             retry_of_id=branch.retry_of_id,
             regenerates_id=branch.regenerates_id,
@@ -212,18 +193,13 @@ def run_create(
             instructions=instructions,
         )
         try:
-            sql.insert(run)
+            sql.insert(run, now=created)
         except IntegrityError as exc:
             if idempotency_key is None:
                 raise
             raise DuplicateIdempotencyKey(
                 f"Session {session_id} already has a run with idempotency key {idempotency_key!r}."
             ) from exc
-        if queued and not ahead:
-            # Not before its last change (selectors.not_on_queue): the time the
-            # insert gave updated_at.
-            sql.update(Run, run.id, {"queued_at": run.updated_at})
-            run.queued_at = run.updated_at
         batch.add(
             *payloads.run_created(
                 agent=agent,

@@ -202,7 +202,7 @@ class OrmRunStore:
             multitask=multitask,
         )
         # A run that found no other open is not queued: nothing more to read.
-        return _info(run) if run.multitask else RunInfo.of(run)
+        return replace(_info(run) if run.multitask else RunInfo.of(run), record=run)
 
     def fork_session(self, *, source_run_id: UUID, owner_id: int, title: str) -> SessionInfo:
         return SessionInfo.of(

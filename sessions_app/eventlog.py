@@ -23,7 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import models, transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from goaai import sql
@@ -83,14 +83,13 @@ class EventBatch:
         """Number and insert the pending events, and return them as written."""
         pending, self.pending = self.pending, []
         count = len(pending)
-        if count != self.reserved:
-            # Fewer or more events than reserved: move the counter by the difference,
-            # so that it ends exactly at the last event written (no gap).
-            Session.objects.filter(pk=self.session_id).update(
-                last_event_seq=F("last_event_seq") + (count - self.reserved)
-            )
+        # Fewer or more events than reserved: the counter moves by the difference,
+        # so that it ends exactly at the last event written (no gap).
+        moved = count - self.reserved
         self.reserved = 0
         if not count:
+            if moved:
+                sql.move_event_counter(RunEvent, self.session_id, moved)
             return []
         now, session_id = self.now, self.session_id
         events = [
@@ -102,6 +101,7 @@ class EventBatch:
             session_id=session_id,
             created_at=now,
             events=[(event.run_id, event.seq, event.type, event.data) for event in events],
+            counter_moved=moved,
         )
         self.last_seq += count
         owner_id = self.session_owner_id

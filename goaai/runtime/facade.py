@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -74,6 +74,9 @@ class RunHandle:
     runtime: Runtime
     # The run it waits for, as its creation found it (None: none, or not known).
     queued_behind: UUID | None = None
+    # The store's record of the run as its creation left it (RunInfo.record), if
+    # it gave one and nothing has executed the run since.
+    record: Any = field(default=None, compare=False, repr=False)
 
     def wait(self, timeout: float | None = None) -> RunInfo:
         return self.runtime.wait(self.run_id, timeout=timeout)
@@ -427,13 +430,19 @@ class Runtime:
             instructions=instructions,
         )
         queued_at = run.queued_at
+        record = run.record
         if isinstance(executor, QueueingExecutor) and queued_at is not None:
             # Recorded as queued with the run: only sent once it is committed.
             self.store.after_commit(lambda: executor.send(run.id, queued_at))
         elif run.queued_behind is None:
-            # A queued run is handed over when the run before it ends.
+            # A queued run is handed over when the run before it ends (an inline
+            # executor executes it here, and its record is out of date).
             self._submit_after_commit(run.id)
-        return RunHandle(run_id=run.id, runtime=self, queued_behind=run.queued_behind)
+            if isinstance(executor, InlineExecutor):
+                record = None
+        return RunHandle(
+            run_id=run.id, runtime=self, queued_behind=run.queued_behind, record=record
+        )
 
     def redo(
         self, run_id: Any, how: str, *, input: str | None = None, created_by: Any = None

@@ -254,6 +254,10 @@ class RunInfo:
     # When it was last put on a distributed queue, if its store records that (see
     # RunStore.create_run's ``queued``).
     queued_at: dt.datetime | None = field(default=None, compare=False)
+    # The store's own record of the run as the step that read it left it, where
+    # the store gives one (the database store: a created run's row, which the
+    # REST API answers a start with). Not part of the run's state.
+    record: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, run: Any, copy: Copy = _same) -> RunInfo:

@@ -252,9 +252,11 @@ class SessionRunViewSet(SessionScopedMixin, mixins.ListModelMixin, ScopedViewSet
                 "returns it.",
                 code="queue_unavailable",
             ) from lost
-        # With its place in the queue, as its creation found it.
+        # As its creation left it (read back if the runtime did not give it), with
+        # its place in the queue as its creation found it.
+        created = handle.record if isinstance(handle.record, Run) else None
         run = without_caller_feedback(
-            with_queue_known(run_row(run_id=handle.run_id), handle.queued_behind)
+            with_queue_known(created or run_row(run_id=handle.run_id), handle.queued_behind)
         )
         self.log_for_others(run, session.owner_id, ADDITION, "Started a run")
         response = Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from goaai.runtime.vocabulary import RunStatus, SessionStatus
 from runs_app.models import Run
-from runs_app.services import session_head
+from runs_app.selectors import session_head
 from sessions_app.models import Session
 
 # How many runs with the same digest (the same conversation, told twice) are

@@ -45,7 +45,8 @@ from runs_app.models import Run, ToolCall
 from runs_app.openai_api import conversation
 from runs_app.openai_api.conversation import Said
 from runs_app.openai_api.errors import OpenAIError, conflict, invalid, not_found
-from runs_app.services import run_record_conversation, session_head
+from runs_app.selectors import session_head
+from runs_app.services import run_record_conversation
 from runs_app.tasks import QueueUnavailable
 from sessions_app.access import sessions_readable
 from sessions_app.models import RunEvent, Session

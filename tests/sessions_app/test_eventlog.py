@@ -20,6 +20,7 @@ from sessions_app import eventlog
 from sessions_app.eventlog import event_append, recording
 from sessions_app.models import RunEvent, Session
 from tests.factories import SessionFactory
+from tests.statement_tally import tallying
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -171,3 +172,27 @@ def test_a_step_on_a_run_moves_its_sessions_last_activity(owner):
     newest = RunEvent.objects.filter(session=session).order_by("-seq").first()
     assert newest is not None
     assert session.last_activity_at == newest.created_at
+
+
+@pytest.mark.parametrize(("reserved", "written"), [(1, 3), (3, 1), (2, 0), (2, 2)])
+def test_a_step_that_writes_more_or_fewer_events_than_it_reserved_leaves_no_gap(reserved, written):
+    """The counter ends at the step's last event, and the next step numbers on from
+    it. On PostgreSQL the difference moves the counter in the statement that
+    inserts the events."""
+    session = SessionFactory()
+    event_append(session_id=session.pk, type=EventType.SESSION_UPDATED, data={})
+    with tallying() as tally, recording(session.pk, expect=reserved) as batch:
+        for number in range(written):
+            batch.add(EventType.POLICY_DECISION, {"rule": f"r{number}"})
+    after = event_append(session_id=session.pk, type=EventType.SESSION_UPDATED, data={})
+    seqs = list(
+        RunEvent.objects.filter(session=session).order_by("seq").values_list("seq", flat=True)
+    )
+    assert seqs == list(range(1, written + 3))
+    assert after.seq == written + 2
+    session.refresh_from_db()
+    assert session.last_event_seq == written + 2
+    # The reserving UPDATE, then what writing the events took.
+    inserts = written if connection.vendor == "sqlite" else min(written, 1)
+    moves = reserved != written and (connection.vendor == "sqlite" or not written)
+    assert tally.statements == 1 + inserts + moves
