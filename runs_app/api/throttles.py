@@ -8,11 +8,15 @@ changed without a restart of the class machinery.
 
 from __future__ import annotations
 
+import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
+from redis.commands.core import Script
 from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
@@ -61,6 +65,12 @@ class _RunThrottle(SimpleRateThrottle):
         """The history with this request counted (see :func:`run_start_throttle`)."""
         return [self.now, *self.history]
 
+    def refused(self, now: float, count: int, oldest: float) -> float | None:
+        """What :meth:`wait` says for a counter that a Redis script found full:
+        ``count`` requests in the window, the oldest at ``oldest``."""
+        self.now, self.history = now, [oldest] * count
+        return self.wait()
+
 
 class RunStartThrottled(Exception):
     """A limit on starting runs is reached; ``wait``: seconds until one is free
@@ -77,20 +87,27 @@ def run_start_throttle(*, user: Any, token: Any) -> None:
     same counters whichever way the run is started (the REST API, ``/v1/``, MCP).
 
     A request one limit refuses is counted against none. The counters live in the
-    cache (Redis when there is one): while it cannot be reached,
+    cache (Redis when there is one, where one script checks and counts a start in
+    one round trip, atomically): while it cannot be reached,
     :class:`ServiceUnavailable`, before anything is written. Letting runs through
     uncounted would lift every limit for as long as Redis is away."""
     request = SimpleNamespace(user=user, auth=token)
     throttles = [RunCreateUserThrottle(), RunCreateTokenThrottle()]
     counting = [t for t in throttles if t.counter(request, None) is not None]  # type: ignore[arg-type]
+    if not counting:
+        return
     try:
-        # Every limit's counter read in one round trip, and written in one.
-        found = cache.get_many([t.key for t in counting]) if counting else {}
-        waits = [t.wait() for t in counting if not t.allows(found.get(t.key, []))]
-        if not waits:
-            for duration in {t.duration for t in counting}:
-                counted = {t.key: t.counted() for t in counting if t.duration == duration}
-                cache.set_many(counted, duration)
+        backend = caches["default"]
+        if isinstance(backend, RedisCache):
+            waits = _count_in_redis(backend, counting)
+        else:
+            # Every limit's counter read in one call, and written in one per window.
+            found = cache.get_many([t.key for t in counting])
+            waits = [t.wait() for t in counting if not t.allows(found.get(t.key, []))]
+            if not waits:
+                for duration in {t.duration for t in counting}:
+                    counted = {t.key: t.counted() for t in counting if t.duration == duration}
+                    cache.set_many(counted, duration)
     except CACHE_ERRORS as exc:
         raise ServiceUnavailable(
             "Runs cannot be started for a moment (the rate limit counters are unavailable); "
@@ -99,6 +116,51 @@ def run_start_throttle(*, user: Any, token: Any) -> None:
         ) from exc
     if waits:
         raise RunStartThrottled(max((w for w in waits if w is not None), default=None))
+
+
+# Checks every counter of a start and, if none is full, counts the start in each:
+# one round trip, and two starts at the same moment cannot both take a counter's
+# last place. A counter is a sorted set of the times it counted (each start a
+# member of its own); those older than its window are dropped first. KEYS: the
+# counters; ARGV: now, the start's member, then each counter's limit and window
+# in seconds. Returns, for each full counter, its position, size and oldest time.
+_COUNT_START = """
+local now = tonumber(ARGV[1])
+local full = {}
+for i, key in ipairs(KEYS) do
+  local limit, window = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local count = redis.call('ZCARD', key)
+  if count >= limit then
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    table.insert(full, {i, count, oldest[2] or ARGV[1]})
+  end
+end
+if #full == 0 then
+  for i, key in ipairs(KEYS) do
+    redis.call('ZADD', key, now, ARGV[2])
+    redis.call('EXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 2])))
+  end
+end
+return full
+"""
+_count_start: Script | None = None
+
+
+def _count_in_redis(backend: RedisCache, counting: list[_RunThrottle]) -> list[float | None]:
+    """:func:`run_start_throttle`'s check and count on Redis, in one script; what
+    each full counter says to wait (none: the start is counted)."""
+    global _count_start
+    # The client Django's Redis backend keeps (RedisCacheClient), with the
+    # connections its get and set use.
+    client = backend._cache.get_client(write=True)  # type: ignore[attr-defined]
+    script = _count_start = _count_start or client.register_script(_COUNT_START)
+    now = time.time()
+    # Not the counters the cache's own get and set keep (a list of times each).
+    keys = [backend.make_and_validate_key(f"{t.key}:window") for t in counting]
+    limits = [int(value or 0) for t in counting for value in (t.num_requests, t.duration)]
+    full = script(keys=keys, args=[repr(now), uuid.uuid4().hex, *limits], client=client)
+    return [counting[i - 1].refused(now, count, float(oldest)) for i, count, oldest in full]
 
 
 def check_run_throttles(view: Any, request: Request) -> None:
