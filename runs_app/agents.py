@@ -10,7 +10,7 @@ source of the agents kept here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from django.contrib.auth import get_user_model
@@ -21,6 +21,7 @@ from goaai import sql
 from goaai.runtime import rt
 from goaai.runtime.agents import Agent, check_agent
 from goaai.runtime.config import ConfigError, McpServer, has_references, parse_mcp_servers
+from runs_app import selectors
 from runs_app.models import AgentDefinition, AgentVersion
 
 # The fields of an agent a person edits (the id is set once, when it is created).
@@ -221,23 +222,34 @@ def _keep_hidden(old: Any, new: Any) -> Any:
 
 _VERSION_KEY = ["id", "number"]
 _LATEST_WITH_FINGERPRINT = sql.Prepared(
-    lambda: (
-        AgentVersion.objects.filter(
-            agent=sql.Slot("agent", CharField()), fingerprint=sql.Slot("fingerprint", CharField())
-        )
-        .order_by("-number")
-        .values_list(*_VERSION_KEY)[:1]
-    )
+    lambda: selectors.agent_versions_like(
+        sql.Slot("agent", CharField()), sql.Slot("fingerprint", CharField())
+    ).values_list(*_VERSION_KEY)[:1]
 )
 
 
-def version_for(definition: dict[str, Any]) -> AgentVersion:
-    """The latest recorded version of an agent with exactly this definition, or a
-    new one (for an agent in code run as it is now for the first time)."""
+class Versioned(NamedTuple):
+    """An agent's definition as a version records it: the agent, and the
+    fingerprint that tells one definition from another."""
+
+    agent: Agent
+    fingerprint: str
+
+
+def versioned(definition: dict[str, Any]) -> Versioned:
     agent = Agent.from_dict(definition)
-    fingerprint = agent.fingerprint()
+    return Versioned(agent, agent.fingerprint())
+
+
+def version_for(definition: Versioned, *, latest: tuple[int, int] | None = None) -> AgentVersion:
+    """The latest recorded version of an agent with exactly this definition, or a
+    new one (for an agent in code run as it is now for the first time).
+    ``latest``: that version's (id, number), when a read made beside others found
+    it (:func:`runs_app.selectors.new_message_reads`); read here otherwise."""
+    agent, fingerprint = definition
     for attempt in range(_NUMBERING_ATTEMPTS):
-        found = _LATEST_WITH_FINGERPRINT.first(agent=agent.id, fingerprint=fingerprint)
+        found = latest or _LATEST_WITH_FINGERPRINT.first(agent=agent.id, fingerprint=fingerprint)
+        latest = None
         if found is not None:
             # The usual case, one read: where the agent is kept matters only to a
             # version not recorded yet. What a run records of it is its key and

@@ -14,10 +14,12 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
     BooleanField,
     Case,
+    CharField,
     DateTimeField,
     Exists,
     ExpressionWrapper,
     F,
+    FilteredRelation,
     OuterRef,
     Prefetch,
     Q,
@@ -34,7 +36,8 @@ from goaai.runtime.context import MAX_HISTORY_RUNS
 from goaai.runtime.errors import NotFound
 from goaai.runtime.types import StreamedText, ToolCallState
 from goaai.runtime.vocabulary import OPEN_RUN_STATUSES, RunStatus
-from runs_app.models import HistorySummary, Run, SessionFork, ToolCall, Turn
+from runs_app.models import AgentVersion, HistorySummary, Run, SessionFork, ToolCall, Turn
+from sessions_app.models import Session
 
 
 def run_get(*, run_id: UUID) -> Run:
@@ -418,7 +421,7 @@ def run_row(*, run_id: UUID) -> Run:
     return Run.from_db(DEFAULT_DB_ALIAS, sql.attnames(Run), found)
 
 
-_OPEN_RUNS = sql.Prepared(
+_OLDEST_OPEN_RUN = sql.Prepared(
     lambda: (
         Run.objects.filter(
             session_id=sql.Slot("session", UUIDField()),
@@ -426,15 +429,9 @@ _OPEN_RUNS = sql.Prepared(
             status__in=sorted(OPEN_RUN_STATUSES),
         )
         .order_by("created_at")
-        .values_list("id", "status")
+        .values_list("id", "status")[:1]
     )
 )
-
-
-def session_open_runs(*, session_id: UUID) -> list[tuple[UUID, str]]:
-    """The session's top-level runs that have not ended, as (id, status), oldest
-    first: the first is at work (or waits for a person), the rest wait their turn."""
-    return [(run_id, status) for run_id, status in _OPEN_RUNS.rows(session=session_id)]
 
 
 def _top_level_newest_first(session: Any) -> QuerySet[Run]:
@@ -455,19 +452,50 @@ _FORKED_AT = sql.Prepared(
 )
 
 
-def _open_runs_and_newest() -> QuerySet[Any, Any]:
+def agent_versions_like(agent: Any, fingerprint: Any) -> QuerySet[AgentVersion]:
+    """The versions of ``agent`` whose definition has this fingerprint, newest first."""
+    return AgentVersion.objects.filter(agent=agent, fingerprint=fingerprint).order_by("-number")
+
+
+def _new_message_reads() -> QuerySet[Any, Any]:
+    """The session (locked: it exists) joined to its open top-level runs and its
+    newest one (none: one row of nulls), each row with the agent's latest version
+    of the fingerprint, if any."""
     session = sql.Slot("session", UUIDField())
     newest = Subquery(_top_level_newest_first(session).values("id")[:1])
+    versions = agent_versions_like(
+        sql.Slot("agent", CharField()), sql.Slot("fingerprint", CharField())
+    )
+    runs = FilteredRelation(
+        "runs",
+        condition=Q(runs__parent_run__isnull=True)
+        & (Q(runs__status__in=sorted(OPEN_RUN_STATUSES)) | Q(runs__pk=newest)),
+    )
     return (
-        Run.objects.filter(session_id=session, parent_run__isnull=True)
-        .filter(Q(status__in=sorted(OPEN_RUN_STATUSES)) | Q(pk=newest))
-        .annotate(newest=ExpressionWrapper(Q(pk=newest), output_field=BooleanField()))
-        .order_by("created_at")
-        .values_list("id", "status", "newest")
+        Session.objects.filter(pk=session)
+        .annotate(
+            run=runs,
+            newest=ExpressionWrapper(Q(run__pk=newest), output_field=BooleanField()),
+            version_id=Subquery(versions.values("id")[:1]),
+            version_number=Subquery(versions.values("number")[:1]),
+        )
+        .order_by("run__created_at")
+        .values_list("run__id", "run__status", "newest", "version_id", "version_number")
     )
 
 
-_OPEN_RUNS_AND_NEWEST = sql.Prepared(_open_runs_and_newest)
+_NEW_MESSAGE_READS = sql.Prepared(_new_message_reads)
+
+
+class NewMessage(NamedTuple):
+    """What a new message in a session finds there, under the session's lock."""
+
+    # Its top-level runs that have not ended, as (id, status), oldest first.
+    open_runs: list[tuple[UUID, str]]
+    # The run the message continues from (see session_head).
+    head: UUID | None
+    # The latest version of the agent with the definition it runs, (id, number).
+    version: tuple[int, int] | None
 
 
 def _forked_at(session_id: UUID) -> UUID | None:
@@ -482,20 +510,30 @@ def session_head(session_id: UUID) -> UUID | None:
     return found[0] if found is not None else _forked_at(session_id)
 
 
-def session_open_runs_and_head(*, session_id: UUID) -> tuple[list[tuple[UUID, str]], UUID | None]:
-    """What a new message in the session finds: its open runs (as
-    :func:`session_open_runs`) and its head (as :func:`session_head`), read in one
-    statement (and a second for a fork with no run yet)."""
-    rows = _OPEN_RUNS_AND_NEWEST.rows(session=session_id)
-    open_runs = [(run_id, status) for run_id, status, _ in rows if status in OPEN_RUN_STATUSES]
-    newest = next((run_id for run_id, _, is_newest in rows if is_newest), None)
-    return open_runs, newest if newest is not None else _forked_at(session_id)
+def new_message_reads(*, session_id: UUID, agent: str, fingerprint: str) -> NewMessage:
+    """What a new message in the session finds (:class:`NewMessage`): its open runs
+    (the first at work or waiting for a person, the rest waiting their turn), its
+    head (as :func:`session_head`) and the
+    latest version of ``agent`` whose definition has ``fingerprint``, read in one
+    statement (and a second for a fork with no run yet). Read with the session
+    locked, which is what makes it exist."""
+    rows = _NEW_MESSAGE_READS.rows(session=session_id, agent=agent, fingerprint=fingerprint)
+    if not rows:
+        raise NotFound(f"No session {session_id}.")
+    open_runs = [(run[0], run[1]) for run in rows if run[1] in OPEN_RUN_STATUSES]
+    newest = next((run[0] for run in rows if run[2]), None)
+    version_id, number = rows[0][3], rows[0][4]
+    return NewMessage(
+        open_runs=open_runs,
+        head=newest if newest is not None else _forked_at(session_id),
+        version=None if version_id is None else (version_id, number),
+    )
 
 
 def session_next_queued(*, session_id: UUID) -> UUID | None:
     """The session's run whose turn has come: its oldest open top-level run, if it
     has not started yet."""
-    first = _OPEN_RUNS.first(session=session_id)
+    first = _OLDEST_OPEN_RUN.first(session=session_id)
     return first[0] if first is not None and first[1] == RunStatus.PENDING else None
 
 

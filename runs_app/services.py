@@ -153,19 +153,24 @@ def run_create(
     with recording(session_id, expect=1 + len(decisions) + linked) as batch:
         if batch.session_status != SessionStatus.ACTIVE:
             raise SessionEnded(f"Session {session_id} has ended; it accepts no new runs.")
+        versioned = None if definition is None else agents.versioned(definition)
+        latest = None
         # Read under the session's lock: two messages racing each continue from
         # the run created before them.
         if linked:
             ahead: list[tuple[UUID, str]] = []
             branch = Branch(previous_run_id=None)
-        elif branch is None:
-            ahead, head = selectors.session_open_runs_and_head(session_id=session_id)
-            branch = Branch(previous_run_id=head)
         else:
-            ahead = selectors.session_open_runs(session_id=session_id)
+            found = selectors.new_message_reads(
+                session_id=session_id,
+                agent=versioned.agent.id if versioned else "",
+                fingerprint=versioned.fingerprint if versioned else "",
+            )
+            ahead, latest = found.open_runs, found.version
+            branch = branch or Branch(previous_run_id=found.head)
         if ahead and multitask == Multitask.REJECT:
             _refuse_beside(session_id, ahead[-1], idempotency_key)
-        agent_version = None if definition is None else agents.version_for(definition)
+        agent_version = None if versioned is None else agents.version_for(versioned, latest=latest)
         # A run put on the queue at once is recorded so by its insert, at the time
         # that gives updated_at (not before its last change: selectors.not_on_queue).
         created = timezone.now()
