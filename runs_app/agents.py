@@ -19,7 +19,7 @@ from django.db.models import CharField, Max
 
 from goaai import sql
 from goaai.runtime import rt
-from goaai.runtime.agents import Agent, check_agent
+from goaai.runtime.agents import Agent, check_agent, definition_fingerprint
 from goaai.runtime.config import ConfigError, McpServer, has_references, parse_mcp_servers
 from runs_app import selectors
 from runs_app.models import AgentDefinition, AgentVersion
@@ -229,16 +229,18 @@ _LATEST_WITH_FINGERPRINT = sql.Prepared(
 
 
 class Versioned(NamedTuple):
-    """An agent's definition as a version records it: the agent, and the
-    fingerprint that tells one definition from another."""
+    """An agent's definition as the runtime gives it (:meth:`Agent.as_dict`), with
+    its agent's id and the fingerprint that tells one definition from another."""
 
-    agent: Agent
+    agent_id: str
     fingerprint: str
+    definition: dict[str, Any]
 
 
 def versioned(definition: dict[str, Any]) -> Versioned:
-    agent = Agent.from_dict(definition)
-    return Versioned(agent, agent.fingerprint())
+    # Its digest as it is: the agent is built (and the definition checked) only
+    # for a version to record.
+    return Versioned(str(definition["id"]), definition_fingerprint(definition), definition)
 
 
 def version_for(definition: Versioned, *, latest: tuple[int, int] | None = None) -> AgentVersion:
@@ -246,9 +248,9 @@ def version_for(definition: Versioned, *, latest: tuple[int, int] | None = None)
     new one (for an agent in code run as it is now for the first time).
     ``latest``: that version's (id, number), when a read made beside others found
     it (:func:`runs_app.selectors.new_message_reads`); read here otherwise."""
-    agent, fingerprint = definition
+    agent_id, fingerprint, _ = definition
     for attempt in range(_NUMBERING_ATTEMPTS):
-        found = latest or _LATEST_WITH_FINGERPRINT.first(agent=agent.id, fingerprint=fingerprint)
+        found = latest or _LATEST_WITH_FINGERPRINT.first(agent=agent_id, fingerprint=fingerprint)
         latest = None
         if found is not None:
             # The usual case, one read: where the agent is kept matters only to a
@@ -256,8 +258,9 @@ def version_for(definition: Versioned, *, latest: tuple[int, int] | None = None)
             # number; the rest is read if asked for.
             return AgentVersion.from_db(DEFAULT_DB_ALIAS, _VERSION_KEY, found)
         try:
+            agent = Agent.from_dict(definition.definition)
             with transaction.atomic():
-                kept_as_data = AgentDefinition.objects.filter(agent=agent.id).exists()
+                kept_as_data = AgentDefinition.objects.filter(agent=agent_id).exists()
                 return _append_version(agent, source="data" if kept_as_data else "code", by=None)
         except IntegrityError:
             # Another process wrote the next number first; look again.

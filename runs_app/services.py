@@ -163,7 +163,7 @@ def run_create(
         else:
             found = selectors.new_message_reads(
                 session_id=session_id,
-                agent=versioned.agent.id if versioned else "",
+                agent=versioned.agent_id if versioned else "",
                 fingerprint=versioned.fingerprint if versioned else "",
             )
             ahead, latest = found.open_runs, found.version

@@ -47,6 +47,13 @@ def _mcp() -> ModuleType:
     return importlib.import_module("goaai.runtime.tools.mcp")
 
 
+def definition_fingerprint(definition: Mapping[str, Any]) -> str:
+    """The fingerprint of an agent whose definition is ``definition`` as
+    :meth:`Agent.as_dict` gives it (:meth:`Agent.fingerprint`)."""
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Agent:
     id: str
@@ -92,8 +99,7 @@ class Agent:
 
     def fingerprint(self) -> str:
         """A digest of the definition: equal for equal definitions."""
-        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return definition_fingerprint(self.as_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Agent:

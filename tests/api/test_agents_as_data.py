@@ -16,7 +16,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from goaai.runtime import rt
-from goaai.runtime.agents import Agent
+from goaai.runtime.agents import Agent, definition_fingerprint
 from runs_app.models import AgentDefinition, AgentVersion, Run
 from tests.factories import UserFactory
 from tests.goaai.runtime.models.fake_providers import (
@@ -248,3 +248,43 @@ def test_unknown_agents_and_hostile_bodies_are_4xx(servers, staff_api):
     for body in ([1, 2], "text", {"id": "x", "toolsets": "clock"}, {"id": ["x"]}):
         response = staff_api.post(AGENTS, json.dumps(body), content_type="application/json")
         assert response.status_code == 400, (body, response.content)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_starts_record_the_newest_version_of_their_definition_and_write_none(servers, staff, owner):
+    """A start finds its version by the digest of the definition it was given, as
+    the agent would compute it: starts of an unchanged agent write no version, and
+    after an edit and its undoing a start records the newest version of the
+    definition it runs (not the first that had it)."""
+    staff_api = APIClient()
+    staff_api.force_login(staff)
+    _create(
+        staff_api,
+        toolsets=["clock"],
+        policy={"max_turns": 3, "approval_required": ["clock.now"]},
+        conversation={"multitask": "reject"},
+    )
+    session = rt.create_session(owner=owner, agent="support")
+    rt.configure(executor=_Held())
+
+    def started() -> int | None:
+        run = Run.objects.get(pk=rt.start("support", "hello", session=session.id).run_id)
+        Run.objects.filter(pk=run.pk).update(status="completed")
+        return run.agent_version_number
+
+    assert [started() for _ in range(3)] == [1, 1, 1]
+    staff_api.patch(f"{AGENTS}support/", {"system_prompt": "Version two."}, format="json")
+    assert started() == 2
+    original = "You answer support questions. Version one."
+    staff_api.patch(f"{AGENTS}support/", {"system_prompt": original}, format="json")
+    assert [started() for _ in range(2)] == [3, 3]
+    assert AgentVersion.objects.filter(agent="support").count() == 3
+    code = rt.create_session(owner=owner, agent="code-writer")
+    for _ in range(2):
+        rt.start("code-writer", "hello", session=code.id)
+    assert AgentVersion.objects.filter(agent="code-writer").count() == 1
+
+    for spec in (rt.agents.get("support"), rt.agents.get("code-writer"), IN_CODE):
+        definition = spec.as_dict()
+        assert definition_fingerprint(definition) == Agent.from_dict(definition).fingerprint()
+        assert Agent.from_dict(definition).as_dict() == definition
