@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django (``/mcp`` through the MCP server),
 WebSockets through Channels."""
 
+import asyncio
 import gc
 import os
 from typing import Any
@@ -19,6 +20,7 @@ from goaai.body_limit import BodyLimit  # noqa: E402
 from goaai.start_gate import RunStartGate  # noqa: E402
 from runs_app.mcp.app import application as mcp_application  # noqa: E402
 from sessions_app.api.authentication import websocket_auth  # noqa: E402
+from sessions_app.publisher import publisher  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 
 # The MCP server (runs_app.mcp) answers /mcp itself; everything else is Django's.
@@ -29,7 +31,10 @@ _mcp_http = BodyLimit(mcp_application)
 
 
 async def http_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """HTTP: ``/mcp`` to the MCP server, every other path to Django."""
+    """HTTP: ``/mcp`` to the MCP server, every other path to Django. From the first
+    request on, what the server's requests commit is published from the loop that
+    serves them (sessions_app.publisher), not from a thread of its own."""
+    publisher.attach_loop(asyncio.get_running_loop())
     if scope.get("path") in MCP_PATHS:
         await _mcp_http(scope, receive, send)
     else:

@@ -489,3 +489,58 @@ def test_without_a_running_loop_a_redis_layer_is_published_to_from_the_thread(se
     assert [m["events"][0]["seq"] for _, m in RecordingLayer.sent] == [1]
     assert worker._thread is not None
     assert LoopRecordingLayer.threads == [worker._thread.ident]
+
+
+async def test_a_server_publishes_from_its_own_loop_from_its_first_request_on(
+    settings, monkeypatch
+):
+    # Before any subscriber: what a request commits (a run start) goes out on the
+    # loop that serves the requests, not through the publisher thread.
+    from goaai import asgi
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.LoopRecordingLayer"}}
+    RecordingLayer.sent.clear()
+    LoopRecordingLayer.threads.clear()
+    server = publishing._Publisher()
+    monkeypatch.setattr(asgi, "publisher", server)
+    sent: list[dict[str, Any]] = []
+
+    requests = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if requests:
+            return requests.pop()
+        await asyncio.Future()  # the client stays connected while it waits
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/v1/nowhere/",
+        "raw_path": b"/api/v1/nowhere/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    await asgi.application(scope, receive, send)
+    assert sent[0]["status"] == 404
+
+    def commit_steps() -> None:
+        for seq in (1, 2):
+            server.send(GROUP, step(seq))
+        server.drain()
+
+    await asyncio.to_thread(commit_steps)
+
+    sent_seqs = [event["seq"] for _, message in RecordingLayer.sent for event in message["events"]]
+    assert sent_seqs == [1, 2]
+    assert set(LoopRecordingLayer.threads) == {threading.get_ident()}
+    assert server._thread is None
