@@ -312,6 +312,7 @@ def insert_events(
     created_at: dt.datetime,
     events: Sequence[tuple[UUID | None, int, str, Any]],
     counter_moved: int = 0,
+    rows: Sequence[tuple[str, list[Any]]] = (),
 ) -> None:
     """Insert a step's events, ``(run_id, seq, type, data)`` each, all of one
     session and one instant, in one statement. The values are adapted as the
@@ -319,31 +320,44 @@ def insert_events(
     ``transaction.atomic()``.
 
     ``counter_moved``: a step that wrote more or fewer events than it reserved
-    moves the session's event counter by the difference, in the same statement on
-    PostgreSQL (SQLite, which has no data-modifying WITH, runs one before)."""
+    moves the session's event counter by the difference; ``rows``: inserts of
+    the step's own rows (:func:`insert_statement`) that go with its events. Both in
+    the same statement on PostgreSQL (its foreign keys are checked at commit);
+    SQLite, which has no data-modifying WITH, runs each as a statement before."""
     db = connections[DEFAULT_DB_ALIAS]
     field = event_model._meta.get_field
     session = field("session_id").get_db_prep_save(session_id, db)  # type: ignore[union-attr]
     moment = field("created_at").get_db_prep_save(created_at, db)  # type: ignore[union-attr]
     run_column, data_column = field("run_id"), field("data")
     runs: dict[UUID | None, Any] = {}
-    rows = []
+    events_rows = []
     for run_id, seq, event_type, data in events:
         if run_id not in runs:
             runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
         json = data_column.get_db_prep_save(data, db)  # type: ignore[union-attr]
-        rows.append([session, runs[run_id], seq, str(event_type), json, moment])
+        events_rows.append([session, runs[run_id], seq, str(event_type), json, moment])
     with db.cursor() as cursor:
         if db.vendor == "sqlite":
+            for statement, values in rows:
+                cursor.execute(statement, values)
             if counter_moved:
                 move_event_counter(event_model, session_id, counter_moved)
-            cursor.executemany(_insert_events_sql(event_model, 1, db.vendor, False), rows)
-        else:
-            moved = [counter_moved, session] if counter_moved else []
-            cursor.execute(
-                _insert_events_sql(event_model, len(rows), db.vendor, bool(counter_moved)),
-                [*moved, *(value for row in rows for value in row)],
+            cursor.executemany(_insert_events_sql(event_model, 1, db.vendor, False), events_rows)
+            return
+        insert = _insert_events_sql(event_model, len(events_rows), db.vendor, bool(counter_moved))
+        moved = [counter_moved, session] if counter_moved else []
+        params = [*moved, *(value for row in events_rows for value in row)]
+        if rows:
+            # Before the counter's move (a WITH of its own, when there is one).
+            inserted = ", ".join(
+                f"row_{n} AS ({statement})" for n, (statement, _) in enumerate(rows)
             )
+            if insert.startswith("WITH "):
+                insert = f"WITH {inserted}, {insert.removeprefix('WITH ')}"
+            else:
+                insert = f"WITH {inserted} {insert}"
+            params = [*(value for _, values in rows for value in values), *params]
+        cursor.execute(insert, params)
 
 
 def read_row(model: type[models.Model], pk: Any, names: tuple[str, ...]) -> tuple[Any, ...] | None:
@@ -410,6 +424,21 @@ def insert(instance: models.Model, *, now: dt.datetime | None = None) -> None:
     ``now``: the time its ``auto_now`` and ``auto_now_add`` fields take (by
     default the moment of the insert), for a row whose other columns must name
     that same moment."""
+    execute(*insert_statement(instance, now=now))
+
+
+def execute(statement: str, values: Sequence[Any]) -> None:
+    """Run one statement made here (:func:`insert_statement`)."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(statement, values)
+
+
+def insert_statement(
+    instance: models.Model, *, now: dt.datetime | None = None
+) -> tuple[str, list[Any]]:
+    """The statement :func:`insert` runs for ``instance`` and its values, taken
+    now (the instance then counts as saved): for an insert that goes with others
+    in one statement (:func:`insert_events`)."""
     db = connections[DEFAULT_DB_ALIAS]
     sql, fields = _insert_sql(type(instance))
     values = []
@@ -420,10 +449,9 @@ def insert(instance: models.Model, *, now: dt.datetime | None = None) -> None:
         else:
             value = field.pre_save(instance, True)
         values.append(field.get_db_prep_save(value, db))
-    with db.cursor() as cursor:
-        cursor.execute(sql, values)
     instance._state.adding = False
     instance._state.db = DEFAULT_DB_ALIAS
+    return sql, values
 
 
 @functools.cache

@@ -11,7 +11,8 @@ run, a turn or a tool call has one function here, which every path uses.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
@@ -197,14 +198,14 @@ def run_create(
             client_tools=[dict(spec) for spec in client_tools],
             instructions=instructions,
         )
-        try:
-            sql.insert(run, now=created)
-        except IntegrityError as exc:
-            if idempotency_key is None:
-                raise
-            raise DuplicateIdempotencyKey(
-                f"Session {session_id} already has a run with idempotency key {idempotency_key!r}."
-            ) from exc
+        # Stopping the runs ahead reads the session's queue, which has it: inserted
+        # at once. Otherwise with its events, in the statement that inserts them.
+        at_once = bool(ahead) and multitask == Multitask.INTERRUPT
+        with _idempotent(session_id, idempotency_key):
+            if at_once:
+                sql.insert(run, now=created)
+            else:
+                batch.insert(run, now=created)
         batch.add(
             *payloads.run_created(
                 agent=agent,
@@ -234,7 +235,23 @@ def run_create(
             behind = _queue(batch, run, [run_id for run_id, _ in ahead], Multitask(multitask))
             # What it waits for is known: the runtime's answer reads no more.
             selectors.with_queue_known(run, behind)
+        with _idempotent(session_id, idempotency_key):
+            batch.flush()
     return run
+
+
+@contextmanager
+def _idempotent(session_id: UUID, key: str | None) -> Iterator[None]:
+    """A new run's insert, where a unique key broken by ``key`` (when it has one)
+    is :class:`DuplicateIdempotencyKey`."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if key is None:
+            raise
+        raise DuplicateIdempotencyKey(
+            f"Session {session_id} already has a run with idempotency key {key!r}."
+        ) from exc
 
 
 def _refuse_beside(session_id: UUID, active: tuple[UUID, str], key: str | None) -> None:

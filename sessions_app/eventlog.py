@@ -44,6 +44,7 @@ class EventBatch:
         "pending",
         "reserved",
         "row",
+        "rows",
         "session_agent",
         "session_id",
         "session_owner_id",
@@ -72,6 +73,8 @@ class EventBatch:
         # What the step read of its row, when it asked (``recording(read=...)``).
         self.row = row
         self.pending: list[tuple[str, dict[str, Any], UUID | None]] = []
+        # Rows of the step inserted with its events (see insert()).
+        self.rows: list[tuple[str, list[Any]]] = []
         # The step's time, for the timestamps its rows carry (and the session's
         # last activity, which reserving the numbers moved to it).
         self.now: dt.datetime = now or timezone.now()
@@ -79,15 +82,25 @@ class EventBatch:
     def add(self, type: str, data: dict[str, Any], *, run_id: UUID | None = None) -> None:
         self.pending.append((type, data, run_id))
 
+    def insert(self, instance: models.Model, *, now: dt.datetime | None = None) -> None:
+        """Insert ``instance`` with the step's events, by the statement that inserts
+        them (:func:`goaai.sql.insert_events`), for a row the step reads no more
+        before it ends: its values are taken now, and a constraint it breaks
+        (``IntegrityError``) is raised by :meth:`flush`."""
+        self.rows.append(sql.insert_statement(instance, now=now))
+
     def flush(self) -> list[Written]:
         """Number and insert the pending events, and return them as written."""
         pending, self.pending = self.pending, []
+        rows, self.rows = self.rows, []
         count = len(pending)
         # Fewer or more events than reserved: the counter moves by the difference,
         # so that it ends exactly at the last event written (no gap).
         moved = count - self.reserved
         self.reserved = 0
         if not count:
+            for statement, values in rows:
+                sql.execute(statement, values)
             if moved:
                 sql.move_event_counter(RunEvent, self.session_id, moved)
             return []
@@ -102,6 +115,7 @@ class EventBatch:
             created_at=now,
             events=[(event.run_id, event.seq, event.type, event.data) for event in events],
             counter_moved=moved,
+            rows=rows,
         )
         self.last_seq += count
         owner_id = self.session_owner_id

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from goaai.runtime.vocabulary import EventType
@@ -196,3 +196,34 @@ def test_a_step_that_writes_more_or_fewer_events_than_it_reserved_leaves_no_gap(
     inserts = written if connection.vendor == "sqlite" else min(written, 1)
     moves = reserved != written and (connection.vendor == "sqlite" or not written)
     assert tally.statements == 1 + inserts + moves
+
+
+def test_a_row_inserted_with_the_steps_events_goes_in_their_statement(owner):
+    """On PostgreSQL the row, the counter's correction and the events are one
+    statement; SQLite runs the row's insert before. A broken constraint comes from
+    the flush, and the step leaves nothing behind."""
+    session = SessionFactory(owner=owner)
+    run = Run(session_id=session.pk, agent="assistant", input="hi")
+    with tallying() as tally, recording(session.pk, expect=1) as batch:
+        batch.insert(run)
+        batch.add(EventType.RUN_CREATED, {"agent": "assistant"}, run_id=run.pk)
+        batch.add(EventType.RUN_QUEUED, {"ahead": 1}, run_id=run.pk)
+    stored = Run.objects.get(pk=run.pk)
+    assert stored.created_at == run.created_at
+    assert list(RunEvent.objects.filter(run=stored).values_list("seq", flat=True)) == [1, 2]
+    # The reserving UPDATE, then the rest: one statement, or the row, the counter's
+    # move and the two events on their own.
+    assert tally.statements == (1 + 4 if connection.vendor == "sqlite" else 1 + 1)
+
+    def insert_again() -> None:
+        again = Run(id=run.pk, session_id=session.pk, agent="assistant", input="again")
+        with recording(session.pk, expect=1) as batch:
+            batch.insert(again)
+            batch.add(EventType.RUN_CREATED, {"agent": "assistant"}, run_id=again.pk)
+
+    with pytest.raises(IntegrityError):
+        insert_again()
+    assert Run.objects.get(pk=run.pk).input == "hi"
+    assert RunEvent.objects.filter(session=session).count() == 2
+    session.refresh_from_db()
+    assert session.last_event_seq == 2
