@@ -200,12 +200,11 @@ def run_create(
         )
         # Stopping the runs ahead reads the session's queue, which has it: inserted
         # at once. Otherwise with its events, in the statement that inserts them.
-        at_once = bool(ahead) and multitask == Multitask.INTERRUPT
-        with _idempotent(session_id, idempotency_key):
-            if at_once:
+        if ahead and multitask == Multitask.INTERRUPT:
+            with _idempotent(session_id, idempotency_key):
                 sql.insert(run, now=created)
-            else:
-                batch.insert(run, now=created)
+        else:
+            batch.insert(run, now=created)
         batch.add(
             *payloads.run_created(
                 agent=agent,
