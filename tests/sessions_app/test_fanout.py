@@ -16,6 +16,7 @@ from django.db import OperationalError
 from django.test import override_settings
 from django.utils import timezone
 
+from goaai import asgi
 from goaai.channel_layers import UPKEEP_SECONDS, InMemoryChannelLayer
 from goaai.runtime import rt
 from sessions_app import publisher as publishing
@@ -496,8 +497,6 @@ async def test_a_server_publishes_from_its_own_loop_from_its_first_request_on(
 ):
     # Before any subscriber: what a request commits (a run start) goes out on the
     # loop that serves the requests, not through the publisher thread.
-    from goaai import asgi
-
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.LoopRecordingLayer"}}
     RecordingLayer.sent.clear()
     LoopRecordingLayer.threads.clear()
