@@ -12,14 +12,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
-    BooleanField,
     Case,
     CharField,
+    Count,
     DateTimeField,
     Exists,
-    ExpressionWrapper,
     F,
-    FilteredRelation,
     OuterRef,
     Prefetch,
     Q,
@@ -457,41 +455,54 @@ def agent_versions_like(agent: Any, fingerprint: Any) -> QuerySet[AgentVersion]:
     return AgentVersion.objects.filter(agent=agent, fingerprint=fingerprint).order_by("-number")
 
 
+def _open_top_level(session: Any) -> QuerySet[Run]:
+    return Run.objects.filter(
+        session_id=session, parent_run__isnull=True, status__in=sorted(OPEN_RUN_STATUSES)
+    )
+
+
 def _new_message_reads() -> QuerySet[Any, Any]:
-    """The session (locked: it exists) joined to its open top-level runs and its
-    newest one (none: one row of nulls), each row with the agent's latest version
-    of the fingerprint, if any."""
+    """The session (locked: it exists) with how many top-level runs it has open,
+    the newest of them (id and status), its newest top-level run and the agent's
+    latest version of the fingerprint, if any: one row, however long its queue."""
     session = sql.Slot("session", UUIDField())
-    newest = Subquery(_top_level_newest_first(session).values("id")[:1])
+    open_runs = _open_top_level(OuterRef("pk"))
+    newest_open = open_runs.order_by("-created_at", "-id")
     versions = agent_versions_like(
         sql.Slot("agent", CharField()), sql.Slot("fingerprint", CharField())
     )
-    runs = FilteredRelation(
-        "runs",
-        condition=Q(runs__parent_run__isnull=True)
-        & (Q(runs__status__in=sorted(OPEN_RUN_STATUSES)) | Q(runs__pk=newest)),
-    )
     return (
         Session.objects.filter(pk=session)
-        .annotate(
-            run=runs,
-            newest=ExpressionWrapper(Q(run__pk=newest), output_field=BooleanField()),
-            version_id=Subquery(versions.values("id")[:1]),
-            version_number=Subquery(versions.values("number")[:1]),
+        .order_by()
+        .values_list(
+            Subquery(open_runs.order_by().values("session_id").annotate(n=Count("*")).values("n")),
+            Subquery(newest_open.values("id")[:1]),
+            Subquery(newest_open.values("status")[:1]),
+            Subquery(_top_level_newest_first(OuterRef("pk")).values("id")[:1]),
+            Subquery(versions.values("id")[:1]),
+            Subquery(versions.values("number")[:1]),
         )
-        .order_by("run__created_at")
-        .values_list("run__id", "run__status", "newest", "version_id", "version_number")
     )
 
 
 _NEW_MESSAGE_READS = sql.Prepared(_new_message_reads)
+_OPEN_RUNS = sql.Prepared(
+    lambda: (
+        _open_top_level(sql.Slot("session", UUIDField()))
+        .order_by("created_at", "id")
+        .values_list("id")
+    )
+)
 
 
 class NewMessage(NamedTuple):
     """What a new message in a session finds there, under the session's lock."""
 
-    # Its top-level runs that have not ended, as (id, status), oldest first.
-    open_runs: list[tuple[UUID, str]]
+    # How many of its top-level runs have not ended (at work, waiting for a person,
+    # or waiting their turn).
+    open_runs: int
+    # The newest of them, (id, status), if any.
+    newest_open: tuple[UUID, str] | None
     # The run the message continues from (see session_head).
     head: UUID | None
     # The latest version of the agent with the definition it runs, (id, number).
@@ -511,23 +522,26 @@ def session_head(session_id: UUID) -> UUID | None:
 
 
 def new_message_reads(*, session_id: UUID, agent: str, fingerprint: str) -> NewMessage:
-    """What a new message in the session finds (:class:`NewMessage`): its open runs
-    (the first at work or waiting for a person, the rest waiting their turn), its
-    head (as :func:`session_head`) and the
+    """What a new message in the session finds (:class:`NewMessage`): how many runs
+    it has open and the newest of them, its head (as :func:`session_head`) and the
     latest version of ``agent`` whose definition has ``fingerprint``, read in one
-    statement (and a second for a fork with no run yet). Read with the session
-    locked, which is what makes it exist."""
-    rows = _NEW_MESSAGE_READS.rows(session=session_id, agent=agent, fingerprint=fingerprint)
-    if not rows:
+    statement of one row, however many runs wait (and a second for a fork with no
+    run yet). Read with the session locked, which is what makes it exist."""
+    found = _NEW_MESSAGE_READS.first(session=session_id, agent=agent, fingerprint=fingerprint)
+    if found is None:
         raise NotFound(f"No session {session_id}.")
-    open_runs = [(run[0], run[1]) for run in rows if run[1] in OPEN_RUN_STATUSES]
-    newest = next((run[0] for run in rows if run[2]), None)
-    version_id, number = rows[0][3], rows[0][4]
+    count, open_id, open_status, newest, version_id, number = found
     return NewMessage(
-        open_runs=open_runs,
+        open_runs=count or 0,
+        newest_open=None if open_id is None else (open_id, open_status),
         head=newest if newest is not None else _forked_at(session_id),
         version=None if version_id is None else (version_id, number),
     )
+
+
+def session_open_runs(*, session_id: UUID) -> list[UUID]:
+    """The session's top-level runs that have not ended, oldest first."""
+    return [row[0] for row in _OPEN_RUNS.rows(session=session_id)]
 
 
 def session_next_queued(*, session_id: UUID) -> UUID | None:

@@ -158,8 +158,8 @@ def run_create(
         latest = None
         # Read under the session's lock: two messages racing each continue from
         # the run created before them.
+        ahead, newest_open = 0, None  # the session's open runs: how many, the newest
         if linked:
-            ahead: list[tuple[UUID, str]] = []
             branch = Branch(previous_run_id=None)
         else:
             found = selectors.new_message_reads(
@@ -167,10 +167,10 @@ def run_create(
                 agent=versioned.agent_id if versioned else "",
                 fingerprint=versioned.fingerprint if versioned else "",
             )
-            ahead, latest = found.open_runs, found.version
+            ahead, newest_open, latest = found.open_runs, found.newest_open, found.version
             branch = branch or Branch(previous_run_id=found.head)
-        if ahead and multitask == Multitask.REJECT:
-            _refuse_beside(session_id, ahead[-1], idempotency_key)
+        if newest_open is not None and multitask == Multitask.REJECT:
+            _refuse_beside(session_id, newest_open, idempotency_key)
         agent_version = None if versioned is None else agents.version_for(versioned, latest=latest)
         # A run put on the queue at once is recorded so by its insert, at the time
         # that gives updated_at (not before its last change: selectors.not_on_queue).
@@ -230,8 +230,8 @@ def run_create(
                 *payloads.run_child_linked(child_run=run.id, parent_tool_call=parent_tool_call_id),
                 run_id=parent_run_id,
             )
-        if ahead:
-            behind = _queue(batch, run, [run_id for run_id, _ in ahead], Multitask(multitask))
+        if newest_open is not None:
+            behind = _queue(batch, run, ahead, newest_open[0], Multitask(multitask))
             # What it waits for is known: the runtime's answer reads no more.
             selectors.with_queue_known(run, behind)
         with _idempotent(session_id, idempotency_key):
@@ -269,28 +269,32 @@ def _refuse_beside(session_id: UUID, active: tuple[UUID, str], key: str | None) 
     )
 
 
-def _queue(batch: EventBatch, run: Run, ahead: list[UUID], multitask: Multitask) -> UUID | None:
-    """The new ``run`` arrived while the runs ``ahead`` (oldest first) were open: it
-    waits behind those still open, after asking them all to stop for ``interrupt``
-    (one that no loop executes is canceled at once; a working one stops at its next
-    step, keeping what it had said). Returns the run it waits for, the newest still
-    open (``None`` if none is)."""
+def _queue(
+    batch: EventBatch, run: Run, ahead: int, newest: UUID, multitask: Multitask
+) -> UUID | None:
+    """The new ``run`` arrived while ``ahead`` runs of its session were open, the
+    newest ``newest``: it waits behind those still open, after asking them all to
+    stop for ``interrupt`` (one that no loop executes is canceled at once; a
+    working one stops at its next step, keeping what it had said). Returns the run
+    it waits for, the newest still open (``None`` if none is)."""
     if multitask == Multitask.INTERRUPT:
         reason = f"interrupted by a new message (run {run.id})"
-        ahead = [
+        still_open = [
             run_id
-            for run_id in ahead
-            if not _cancel_or_flag(
+            for run_id in selectors.session_open_runs(session_id=run.session_id)
+            if run_id != run.id
+            and not _cancel_or_flag(
                 batch, run_id, reason, kind=StopKind.SUPERSEDED, by=run.created_by_id
             ).is_terminal
         ]
-    if not ahead:
-        return None
+        if not still_open:
+            return None
+        ahead, newest = len(still_open), still_open[-1]
     batch.add(
-        *payloads.run_queued(behind=ahead[-1], ahead=len(ahead), multitask=multitask),
+        *payloads.run_queued(behind=newest, ahead=ahead, multitask=multitask),
         run_id=run.id,
     )
-    return ahead[-1]
+    return newest
 
 
 @dataclass(frozen=True)

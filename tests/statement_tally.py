@@ -29,6 +29,9 @@ class Tally:
         self.statements = 0
         self.transactions = 0
         self.sql: list[str] = []
+        # Rows the statements returned or changed, where the driver tells
+        # (PostgreSQL's; SQLite's says -1 for a read).
+        self.rows = 0
         self._lock = threading.Lock()
 
     def count(self, sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
@@ -64,7 +67,13 @@ class _Hub:
     ) -> Any:
         for tally in list(self.tallies):
             tally.count(sql, params, many, context)
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
+        rowcount = getattr(context["cursor"], "rowcount", -1)
+        if rowcount > 0 and not many:
+            for tally in list(self.tallies):
+                with tally._lock:
+                    tally.rows += rowcount
+        return result
 
     def connected(self, sender: Any, connection: Any, **kwargs: Any) -> None:
         if self not in connection.execute_wrappers:

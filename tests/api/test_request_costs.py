@@ -18,6 +18,7 @@ from goaai.runtime import rt
 from goaai.runtime.types import RunInfo
 from runs_app import selectors
 from runs_app.models import Run
+from sessions_app.models import RunEvent
 from tests.factories import RunFactory
 from tests.statement_tally import tallying
 
@@ -139,6 +140,29 @@ def test_a_start_queued_behind_an_open_run_costs_no_more(api, made):
     # events as two.
     expected = 8 if connection.vendor == "sqlite" else 5
     assert (tally.statements, tally.transactions) == (expected, 3)
+
+
+def test_a_start_behind_a_long_queue_reads_no_more_than_behind_one_run(api, made):
+    """What a start reads under the session's lock is how many runs wait and the
+    newest of them, one row: a session with twenty runs waiting costs a message what
+    one with a single open run does. (Rows are counted where the driver tells them,
+    PostgreSQL; SQLite's counts are equal here by construction.)"""
+    _, _, starts, _ = made
+
+    def last_of(session: UUID, waiting: int) -> tuple[int, int, dict[str, object]]:
+        url = f"/api/v1/sessions/{session}/runs/"
+        sent = [api.post(url, {"input": "echo"}, format="json").json() for _ in range(waiting)]
+        with tallying() as tally:
+            response = api.post(url, {"input": "echo last"}, format="json")
+        assert response.status_code == 201, response.content
+        body = response.json()
+        assert body["queued_behind"] == sent[-1]["id"]
+        return tally.statements, tally.rows, body
+
+    short, long = last_of(starts[0], 1), last_of(starts[1], 20)
+    assert short[:2] == long[:2], connection.vendor
+    queued = RunEvent.objects.filter(session_id=starts[1], type="run.queued").latest("seq")
+    assert (queued.run_id, queued.data["ahead"]) == (UUID(long[2]["id"]), 20)
 
 
 class Queued(Submitted):
