@@ -52,6 +52,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from itertools import zip_longest
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -288,17 +289,20 @@ def move_event_counter(event_model: type[models.Model], session_id: UUID, by: in
 
 
 @functools.cache
-def _insert_events_sql(
-    event_model: type[models.Model], rows: int, vendor: str, move_counter: bool
-) -> str:
+def _insert_events_sql(event_model: type[models.Model], vendor: str, move_counter: bool) -> str:
     columns = ", ".join(_EVENT_COLUMNS)
-    one = "(%s, %s, %s, %s, %s, %s)"
+    table = _table(event_model)
     if vendor == "sqlite":
         # SQLite runs a multi-row VALUES as a subquery: one row a statement, run
         # with executemany, is cheaper there.
-        rows = 1
-    table = _table(event_model)
-    insert = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * rows)  # noqa: S608
+        return f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)"  # noqa: S608
+    # The rows as arrays, one a column: one statement text (and one prepared
+    # statement) for any number of events, and as many values for one as for ten.
+    insert = (
+        f"INSERT INTO {table} ({columns}) SELECT %s, e.run_id, e.seq, e.type, e.data, %s "  # noqa: S608
+        "FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::jsonb[]) "
+        "AS e(run_id, seq, type, data)"
+    )
     if move_counter:
         # A data-modifying WITH runs once, whether or not the INSERT reads it.
         return f"WITH moved AS ({_move_counter_sql(_session_model(event_model))}) {insert}"
@@ -330,23 +334,28 @@ def insert_events(
     moment = field("created_at").get_db_prep_save(created_at, db)  # type: ignore[union-attr]
     run_column, data_column = field("run_id"), field("data")
     runs: dict[UUID | None, Any] = {}
-    events_rows = []
+    run_ids, seqs, types, datas = [], [], [], []
     for run_id, seq, event_type, data in events:
         if run_id not in runs:
             runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
-        json = data_column.get_db_prep_save(data, db)  # type: ignore[union-attr]
-        events_rows.append([session, runs[run_id], seq, str(event_type), json, moment])
+        run_ids.append(runs[run_id])
+        seqs.append(seq)
+        types.append(str(event_type))
+        datas.append(data_column.get_db_prep_save(data, db))  # type: ignore[union-attr]
     with db.cursor() as cursor:
         if db.vendor == "sqlite":
             for statement, values in rows:
                 cursor.execute(statement, values)
             if counter_moved:
                 move_event_counter(event_model, session_id, counter_moved)
-            cursor.executemany(_insert_events_sql(event_model, 1, db.vendor, False), events_rows)
+            cursor.executemany(
+                _insert_events_sql(event_model, db.vendor, False),
+                [[session, *row, moment] for row in zip(run_ids, seqs, types, datas, strict=True)],
+            )
             return
-        insert = _insert_events_sql(event_model, len(events_rows), db.vendor, bool(counter_moved))
+        insert = _insert_events_sql(event_model, db.vendor, bool(counter_moved))
         moved = [counter_moved, session] if counter_moved else []
-        params = [*moved, *(value for row in events_rows for value in row)]
+        params = [*moved, session, moment, run_ids, seqs, types, datas]
         if rows:
             # Before the counter's move (a WITH of its own, when there is one).
             inserted = ", ".join(
@@ -401,11 +410,15 @@ def _primary_key(model: type[models.Model]) -> models.Field[Any, Any]:
 
 
 @functools.cache
-def _insert_sql(model: type[models.Model]) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
+def _insert_sql(
+    model: type[models.Model], nulls: tuple[bool, ...] = ()
+) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
+    """The INSERT of a row of ``model``, and its fields in the order of its values;
+    a ``NULL`` where ``nulls`` says, not a value."""
     fields = tuple(model._meta.local_concrete_fields)
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
+    marks = ", ".join("NULL" if null else "%s" for _, null in zip_longest(fields, nulls))
     return f"INSERT INTO {_table(model)} ({columns}) VALUES ({marks})", fields  # noqa: S608
 
 
@@ -440,7 +453,7 @@ def insert_statement(
     now (the instance then counts as saved): for an insert that goes with others
     in one statement (:func:`insert_events`)."""
     db = connections[DEFAULT_DB_ALIAS]
-    sql, fields = _insert_sql(type(instance))
+    _, fields = _insert_sql(type(instance))
     values = []
     for field in fields:
         if now is not None and _stamped(field):
@@ -451,7 +464,11 @@ def insert_statement(
         values.append(field.get_db_prep_save(value, db))
     instance._state.adding = False
     instance._state.db = DEFAULT_DB_ALIAS
-    return sql, values
+    # A NULL is written as such: fewer values to send (and a statement whose
+    # parsing the driver keeps, which it does for one of up to 50 values).
+    nulls = tuple(value is None for value in values)
+    sql, _ = _insert_sql(type(instance), nulls)
+    return sql, [value for value in values if value is not None]
 
 
 @functools.cache

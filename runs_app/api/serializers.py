@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from goaai.api.fields import JSONObjectField, StrictCharField, check_labels
-from goaai.api.serializing import ModelSerializer
+from goaai.api.serializing import ModelSerializer, Serializer
 from goaai.api.usage import RunUsageSerializer, UsageSerializer, turn_usage_document, usage_document
 from goaai.runtime import payloads
 from goaai.runtime.public_errors import public_error_message
@@ -376,7 +376,7 @@ class RunEventSerializer(ModelSerializer):
         read_only_fields = fields
 
 
-class RunCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RunCreateSerializer(Serializer):
     input = serializers.CharField(
         max_length=MAX_INPUT_LENGTH, trim_whitespace=False, help_text="The user's message."
     )
