@@ -66,6 +66,8 @@ class Round:
     statuses: dict[int, int]
     socket_errors: int
     p99_ms: float
+    # The server process's CPU time (user and system) over the round, per request.
+    cpu_ms: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -401,12 +403,14 @@ def drain(sessions: list[str], limit: float = 300.0) -> float:
 @dataclass
 class Results:
     rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    cpus: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     p99s: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     bad: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     drains: list[float] = field(default_factory=list)
 
     def add(self, operation: Operation, side: str, result: Round) -> None:
         self.rates.setdefault((operation.name, side), []).append(result.rate)
+        self.cpus.setdefault((operation.name, side), []).append(result.cpu_ms)
         self.p99s.setdefault((operation.name, side), []).append(result.p99_ms)
         bad = self.bad.setdefault((operation.name, side), {})
         for code, n in result.statuses.items():
@@ -416,9 +420,17 @@ class Results:
             bad[0] = bad.get(0, 0) + result.socket_errors
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Bench:
-    def __init__(self, port: int, api: Api, folder: Path, args: argparse.Namespace) -> None:
-        self.port, self.api, self.folder, self.args = port, api, folder, args
+    def __init__(
+        self, port: int, api: Api, folder: Path, args: argparse.Namespace, pid: int
+    ) -> None:
+        self.port, self.api, self.folder, self.args, self.pid = port, api, folder, args, pid
         self.results = Results()
 
     def script(self, operation: Operation, side: str) -> Path:
@@ -429,7 +441,11 @@ class Bench:
         return path
 
     def one(self, operation: Operation, side: str, seconds: float) -> Round:
-        result = load(self.port, self.script(operation, side), seconds, self.args.concurrency)
+        script = self.script(operation, side)
+        before = cpu_seconds(self.pid)
+        result = load(self.port, script, seconds, self.args.concurrency)
+        if result.requests:
+            result.cpu_ms = (cpu_seconds(self.pid) - before) * 1000 / result.requests
         if side == "goaai" and operation.goaai_sessions and self.args.executor == "thread":
             self.results.drains.append(drain(operation.goaai_sessions))
         return result
@@ -450,7 +466,8 @@ class Bench:
                     f"  round {number + 1}  {operation.name:15s} goaai {goaai.rate:8.1f}"
                     f"  bare {bare.rate:8.1f} req/s  {goaai.rate / bare.rate:5.2f}x"
                     f"   p99 {goaai.p99_ms:6.1f} / {bare.p99_ms:6.1f} ms"
-                    f"  {goaai.p99_ms / bare.p99_ms:5.2f}x",
+                    f"  {goaai.p99_ms / bare.p99_ms:5.2f}x"
+                    f"   server CPU {goaai.cpu_ms:5.2f} / {bare.cpu_ms:5.2f} ms a request",
                     flush=True,
                 )
 
@@ -483,6 +500,15 @@ def report(db: str, server: str, operations: list[Operation], results: Results) 
             f" {statistics.median(ratios):10.2f}x  ({min(ratios):.2f}-{max(ratios):.2f}x)"
             f"  {statistics.median(p99_goaai):7.1f} ms {statistics.median(p99_bare):5.1f} ms"
             f" {statistics.median(p99_ratios):5.2f}x  goaai {bad['goaai']}, bare {bad['bare']}"
+        )
+    print("  server CPU a request, medians (goaai / bare: lower is better for goaai)")
+    for operation in operations:
+        cpu = {side: results.cpus[(operation.name, side)] for side in ("goaai", "bare")}
+        cpu_ratios = [g / b for g, b in zip(cpu["goaai"], cpu["bare"], strict=True) if b]
+        print(
+            f"  {operation.name:15s} {statistics.median(cpu['goaai']):6.2f} ms"
+            f" {statistics.median(cpu['bare']):6.2f} ms"
+            f" {statistics.median(cpu_ratios) if cpu_ratios else 0:6.2f}x"
         )
     if results.drains:
         print(
@@ -527,7 +553,7 @@ def measure_on(
         )
         for operation in ops:
             print("  " + check(api, operation))
-        bench = Bench(port, api, folder, args)
+        bench = Bench(port, api, folder, args, server.pid)
         bench.rounds(ops)
         report(db, args.server, ops, bench.results)
     except Exception:
