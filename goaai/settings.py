@@ -268,9 +268,14 @@ if GOAAI_EXECUTOR == "thread" and isinstance(_POOL, dict) and not env_str("DATAB
 # served beside them. SQLite writes one transaction at a time whatever comes in: 1.
 # PostgreSQL writes in parallel, and a run start there waits on its statements' round
 # trips and its commit: 2, one's waits overlapping the other's work (bench/capacity.py:
-# 50 chats 1.44x one chat, 1.58x with 1).
+# 50 chats 1.44x one chat, 1.58x with 1). A server whose runs Celery's workers execute
+# only records and queues them: no limit, since holding starts back left it idle
+# during their round trips (bench/api_throughput.py: run starts 0.73-0.79x the bare
+# view with 2, 0.77-0.88x with none).
 _ONE_WRITER = DATABASES["default"]["ENGINE"] == "goaai.sqlite"
-GOAAI_RUN_STARTS_AT_ONCE = env_int("GOAAI_RUN_STARTS_AT_ONCE", 1 if _ONE_WRITER else 2)
+GOAAI_RUN_STARTS_AT_ONCE = env_int(
+    "GOAAI_RUN_STARTS_AT_ONCE", 1 if _ONE_WRITER else 0 if GOAAI_EXECUTOR == "celery" else 2
+)
 # Extra agents, as dotted paths to goaai.runtime.agents.Agent objects.
 GOAAI_AGENTS: list[str] = env_list("GOAAI_AGENTS")
 # How long rt.run() waits for a run to end before giving up waiting (the run goes on).

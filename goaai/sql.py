@@ -296,12 +296,11 @@ def _insert_events_sql(event_model: type[models.Model], vendor: str, move_counte
         # SQLite runs a multi-row VALUES as a subquery: one row a statement, run
         # with executemany, is cheaper there.
         return f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)"  # noqa: S608
-    # The rows as arrays, one a column: one statement text (and one prepared
-    # statement) for any number of events, and as many values for one as for ten.
+    # The rows as one JSON document: one statement text (and one prepared
+    # statement) for any number of events, and three values for one as for ten.
     insert = (
         f"INSERT INTO {table} ({columns}) SELECT %s, e.run_id, e.seq, e.type, e.data, %s "  # noqa: S608
-        "FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::jsonb[]) "
-        "AS e(run_id, seq, type, data)"
+        "FROM jsonb_to_recordset(%s::jsonb) AS e(run_id uuid, seq bigint, type text, data jsonb)"
     )
     if move_counter:
         # A data-modifying WITH runs once, whether or not the INSERT reads it.
@@ -320,8 +319,9 @@ def insert_events(
 ) -> None:
     """Insert a step's events, ``(run_id, seq, type, data)`` each, all of one
     session and one instant, in one statement. The values are adapted as the
-    model's fields adapt them; those the events share, once. Call it inside
-    ``transaction.atomic()``.
+    model's fields adapt them; those the events share, once; on PostgreSQL the
+    events go as one JSON document that the statement reads as rows
+    (``jsonb_to_recordset``). Call it inside ``transaction.atomic()``.
 
     ``counter_moved``: a step that wrote more or fewer events than it reserved
     moves the session's event counter by the difference; ``rows``: inserts of
@@ -333,29 +333,37 @@ def insert_events(
     session = field("session_id").get_db_prep_save(session_id, db)  # type: ignore[union-attr]
     moment = field("created_at").get_db_prep_save(created_at, db)  # type: ignore[union-attr]
     run_column, data_column = field("run_id"), field("data")
-    runs: dict[UUID | None, Any] = {}
-    run_ids, seqs, types, datas = [], [], [], []
-    for run_id, seq, event_type, data in events:
-        if run_id not in runs:
-            runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
-        run_ids.append(runs[run_id])
-        seqs.append(seq)
-        types.append(str(event_type))
-        datas.append(data_column.get_db_prep_save(data, db))  # type: ignore[union-attr]
     with db.cursor() as cursor:
         if db.vendor == "sqlite":
+            runs: dict[UUID | None, Any] = {}
+            adapted = []
+            for run_id, seq, event_type, data in events:
+                if run_id not in runs:
+                    runs[run_id] = run_column.get_db_prep_save(run_id, db)  # type: ignore[union-attr]
+                json_data = data_column.get_db_prep_save(data, db)  # type: ignore[union-attr]
+                adapted.append([session, runs[run_id], seq, str(event_type), json_data, moment])
             for statement, values in rows:
                 cursor.execute(statement, values)
             if counter_moved:
                 move_event_counter(event_model, session_id, counter_moved)
-            cursor.executemany(
-                _insert_events_sql(event_model, db.vendor, False),
-                [[session, *row, moment] for row in zip(run_ids, seqs, types, datas, strict=True)],
-            )
+            cursor.executemany(_insert_events_sql(event_model, db.vendor, False), adapted)
             return
+        # Written as the data column's encoder writes it, as the field would.
+        document = json.dumps(
+            [
+                {
+                    "run_id": None if run_id is None else str(run_id),
+                    "seq": seq,
+                    "type": str(event_type),
+                    "data": data,
+                }
+                for run_id, seq, event_type, data in events
+            ],
+            cls=data_column.encoder,  # type: ignore[union-attr]
+        )
         insert = _insert_events_sql(event_model, db.vendor, bool(counter_moved))
         moved = [counter_moved, session] if counter_moved else []
-        params = [*moved, session, moment, run_ids, seqs, types, datas]
+        params = [*moved, session, moment, document]
         if rows:
             # Before the counter's move (a WITH of its own, when there is one).
             inserted = ", ".join(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -266,15 +268,27 @@ async def test_the_next_start_goes_in_once_the_answer_is_sent(settings):
     await first
 
 
-@pytest.mark.skipif("GOAAI_RUN_STARTS_AT_ONCE" in os.environ, reason="set in the environment")
-def test_by_default_one_start_goes_in_on_sqlite_and_two_on_postgresql():
-    # SQLite writes one transaction at a time; on PostgreSQL one start's round trips
-    # and commit overlap another's work.
-    from django.conf import settings
-    from django.db import connection
+def default_at_once(database_url: str, executor: str) -> int:
+    """GOAAI_RUN_STARTS_AT_ONCE as goaai's settings default it for a server on that
+    database with that executor."""
+    env = {k: v for k, v in os.environ.items() if k != "GOAAI_RUN_STARTS_AT_ONCE"}
+    env.update(DATABASE_URL=database_url, GOAAI_EXECUTOR=executor)
+    code = "import goaai.settings as s; print(s.GOAAI_RUN_STARTS_AT_ONCE)"
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return int(done.stdout)
 
-    at_once = settings.GOAAI_RUN_STARTS_AT_ONCE
-    assert at_once == (1 if connection.vendor == "sqlite" else 2)
+
+def test_by_default_one_start_goes_in_on_sqlite_two_on_postgresql_all_with_celery():
+    # SQLite writes one transaction at a time; on PostgreSQL one start's round trips
+    # and commit overlap another's work; a server whose runs Celery's workers execute
+    # holds none back.
+    postgres = "postgres://goaai@db.example:5432/goaai"
+    assert default_at_once("sqlite:///goaai.sqlite3", "thread") == 1
+    assert default_at_once("sqlite:///goaai.sqlite3", "celery") == 1
+    assert default_at_once(postgres, "thread") == 2
+    assert default_at_once(postgres, "celery") == 0
 
 
 @pytest.mark.parametrize(("at_once", "most"), [(2, 2), (0, 3)])
