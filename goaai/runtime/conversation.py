@@ -10,7 +10,7 @@ settings it ran with, as it records the rest of its agent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from goaai.runtime.config import ConfigError
@@ -55,7 +55,8 @@ class ConversationSettings:
     suggestions: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Numbers and names, read as they are (dataclasses.asdict copies deep).
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         # Only when there are some: the definitions (and fingerprints) of agents
         # without stay what they were.
         if self.suggestions:

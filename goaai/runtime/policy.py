@@ -9,7 +9,7 @@ Rules only ever tighten: a cap can go down, never up.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # In ``approval_required``, this stands for every tool.
@@ -39,7 +39,9 @@ class Policy:
         return tool_name not in self.blocked_tools and toolset not in self.blocked_toolsets
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Its fields are numbers and sets of names: read as they are, not copied deep
+        # as dataclasses.asdict copies (a run's start asks for it).
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         for name in ("approval_required", "blocked_toolsets", "blocked_tools"):
             data[name] = sorted(data[name])
         return data
