@@ -261,6 +261,9 @@ class Run(models.Model):
         ]
         indexes = [
             models.Index(fields=["session", "created_at"], name="run_session_created"),
+            # A session's open runs (the queue a new message joins): read under the
+            # session's lock by every message, however many runs it has ended.
+            models.Index(fields=["session", "status"], name="run_session_status"),
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
             # The admin's most common audit filter: one agent's runs in one status.
             models.Index(
