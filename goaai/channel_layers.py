@@ -67,6 +67,16 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
                 self._receiving[channel] -= 1
         return item[1]
 
+    def receive_ready(self, channel: str) -> list[dict[str, Any]]:
+        """The messages waiting in ``channel``'s queue, taken at once, oldest first
+        (none if it has none): a subscriber that fell behind while the server was
+        busy sends what it finds together (see sessions_app.consumers)."""
+        queue = self.channels.get(channel)
+        taken: list[dict[str, Any]] = []
+        while queue is not None and not queue.empty():
+            taken.append(queue.get_nowait()[1])
+        return taken
+
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         self.group_send_now(group, message)
 

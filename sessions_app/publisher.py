@@ -372,6 +372,14 @@ class _Publisher:
             with self._handoff_lock:
                 self._handoff.clear()
 
+    def take_handed_over(self) -> None:
+        """On the server loop, send now what committing threads handed over and the
+        loop has not taken yet. A subscriber calls it before sending what it received:
+        while the server writes one step to hundreds of sockets, the next step
+        commits, and the sockets not written to yet get both in one frame."""
+        if self._handoff and asyncio.get_running_loop() is self._server_loop:
+            self._take_handoff()
+
     def _take_handoff(self) -> None:
         # On the server loop: what was handed over, in order, through the coalescer.
         with self._handoff_lock:

@@ -262,7 +262,40 @@ def encoded_events(message: dict[str, Any]) -> dict[int, str]:
     """The JSON of each event of a live ``session.events`` message, by its number,
     as the publisher encoded it once for every subscriber."""
     encoded = message.get("encoded") or ()
-    return {event["seq"]: text for event, text in zip(message["events"], encoded, strict=False)}
+    return {
+        event["seq"]: text
+        for event, text in zip(message["events"], encoded, strict=False)
+        if text is not None
+    }
+
+
+def join_steps(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` a subscriber received, in order, with consecutive steps of live
+    events joined into one ``session.events`` message (sent as one ``events`` frame
+    to a socket that asked for them so), each event still with the JSON the
+    publisher encoded for it."""
+    joined: list[dict[str, Any]] = []
+    for message in messages:
+        last = joined[-1] if joined else None
+        if (
+            last is None
+            or message.get("type") != "session.events"
+            or last.get("type") != "session.events"
+        ):
+            joined.append(message)
+            continue
+        joined[-1] = {
+            "type": "session.events",
+            "events": [*last["events"], *message["events"]],
+            "encoded": [*_texts(last), *_texts(message)],
+        }
+    return joined
+
+
+def _texts(message: dict[str, Any]) -> list[str | None]:
+    # Each event's encoded JSON, None where the message carries none for it.
+    encoded = list(message.get("encoded") or ())
+    return [*encoded, *[None] * (len(message["events"]) - len(encoded))][: len(message["events"])]
 
 
 def delta_frame(message: dict[str, Any], frames: list[dict[str, Any]]) -> str | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -28,7 +30,13 @@ from goaai.runtime import rt
 from goaai.runtime.models import scripted
 from sessions_app import eventlog
 from sessions_app.models import ApiToken, RunEvent
-from sessions_app.publisher import FRAME_SECONDS, frame_seconds, session_group
+from sessions_app.publisher import (
+    FRAME_SECONDS,
+    Written,
+    frame_seconds,
+    publisher,
+    session_group,
+)
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
 TIMEOUT = 5
@@ -501,6 +509,53 @@ async def test_events_after_a_gap_come_in_order_with_the_missing_ones(
     assert received == missed
     await publish(session, [missed[1]])  # a late copy: a duplicate by then
     await still_usable(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_steps_a_socket_is_reached_late_for_go_out_together_in_one_frame(
+    open_socket, session, auth, monkeypatch
+):
+    """While the server writes one step to hundreds of sockets, the next steps
+    commit: a socket reached late sends what its channel holds by then in one frame,
+    and the steps handed over to the server's loop and not yet taken with them."""
+    socket = await open_socket(url(session, "batch=1"), auth)
+    _, last = await batched_until_caught_up(socket)
+    monkeypatch.setattr(eventlog, "publish_events", lambda events, owner_id=None: None)
+    for title in ("one", "two", "three", "four"):
+        await database_sync_to_async(session_update)(session_id=session, title=title)
+    steps = await stored(session, last)
+    group = session_group(session)
+    layer = get_channel_layer()
+    # Two steps queued before the socket's consumer runs again, each encoded once
+    # for the group as the publisher encodes it; the third is queued without.
+    for step in steps[:2]:
+        layer.group_send_now(
+            group,
+            {"type": "session.events", "events": [step], "encoded": [json.dumps(step)]},
+            copy=False,
+        )
+    layer.group_send_now(group, {"type": "session.events", "events": [steps[2]]})
+    # The fourth: committed in a run's thread, handed over, not yet taken by the loop.
+    publisher._handoff.append(
+        (layer, group, ([written(steps[3], session)], None), time.monotonic())
+    )
+
+    frame = await socket.receive_json_from(timeout=TIMEOUT)
+
+    assert frame == {"type": "events", "events": steps}
+    assert not publisher._handoff
+    await still_usable(socket)
+
+
+def written(event: dict[str, Any], session_id: UUID) -> Written:
+    return Written(
+        session_id=session_id,
+        run_id=event["run"],
+        seq=event["seq"],
+        type=event["type"],
+        data=event["data"],
+        created_at=datetime.fromisoformat(event["created_at"]),
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -27,7 +27,7 @@ from sessions_app.publisher import (
     frame_seconds,
     merge_steps,
 )
-from sessions_app.streams import checkpoints_again, delta_frame, encoded_events
+from sessions_app.streams import checkpoints_again, delta_frame, encoded_events, join_steps
 
 GROUP, OTHER_GROUP = "session.a", "session.b"
 IN_MEMORY = {"default": {"BACKEND": "goaai.channel_layers.InMemoryChannelLayer"}}
@@ -318,6 +318,41 @@ async def test_a_channels_queue_is_kept_while_it_is_received_from(layer):
     await layer.group_send(GROUP, {"type": "x", "n": 2})
     assert layer.channels[channel] is queue
     assert (await layer.receive(channel))["n"] == 2
+
+
+async def test_what_a_channel_holds_is_taken_at_once_in_order_and_an_empty_one_gives_none(layer):
+    channel = await layer.new_channel()
+    assert layer.receive_ready(channel) == []  # no queue yet
+    await layer.group_add(GROUP, channel)
+    await layer.group_send(GROUP, {"type": "x", "n": 1})
+    await layer.group_send(GROUP, {"type": "x", "n": 2})
+    assert [message["n"] for message in layer.receive_ready(channel)] == [1, 2]
+    assert layer.receive_ready(channel) == []
+    await layer.group_send(GROUP, {"type": "x", "n": 3})
+    assert (await layer.receive(channel))["n"] == 3
+
+
+def live(*seqs: int, encoded: bool = True) -> dict[str, Any]:
+    events = [{"seq": seq} for seq in seqs]
+    message: dict[str, Any] = {"type": "session.events", "events": events}
+    if encoded:
+        message["encoded"] = [f"<{seq}>" for seq in seqs]
+    return message
+
+
+def test_consecutive_live_steps_a_socket_holds_are_joined_with_each_event_s_json():
+    piece = {"type": "run.delta", "text": "Once"}
+    joined = join_steps([live(1), live(2, 3), piece, live(4), live(5, encoded=False), live(6)])
+
+    assert [[e["seq"] for e in m["events"]] if "events" in m else m for m in joined] == [
+        [1, 2, 3],
+        piece,
+        [4, 5, 6],
+    ]
+    assert encoded_events(joined[0]) == {1: "<1>", 2: "<2>", 3: "<3>"}
+    # An event published without its JSON is encoded by the socket, the others not.
+    assert encoded_events(joined[2]) == {4: "<4>", 6: "<6>"}
+    assert join_steps([live(1)]) == [live(1)]
 
 
 async def test_an_empty_queue_nobody_receives_from_goes_at_the_next_upkeep(layer, monkeypatch):
