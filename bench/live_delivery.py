@@ -11,7 +11,10 @@ session (one transaction that numbers and stores it); after the commit
 session's channel-layer group; each subscriber (a channel with a receive loop and
 the consumer's ``Sequencer``, as ``SessionConsumer`` has) takes it. The clock starts
 right after COMMIT (a callback that runs before the publishing one) and stops when
-the subscriber's ``receive`` returns. The baseline is ``group_send`` -> ``receive``
+the subscriber's ``receive`` returns; the writing thread hands nothing else to the
+subscribers' loop until every subscriber has the event (the loop waits for the
+event's number, then for the thread's answer), so that the loop's work in between
+is goaai's alone. The baseline is ``group_send`` -> ``receive``
 to the same subscribers on the same layer, with nothing of goaai in between. The two
 alternate in chunks, so that drift on a shared machine hits both alike. Events are
 sent one at a time (the next once every subscriber has the previous one): this
@@ -67,6 +70,8 @@ class Bench:
     def __init__(self, layer: Any, session_id: uuid.UUID, subscribers: int, first: int) -> None:
         self.layer = layer
         self.first = first
+        # The number of the last event goaai's path wrote.
+        self.last_seq = first
         self.session_id = session_id
         self.n = subscribers
         self.commit_time: dict[int, float] = {}
@@ -157,9 +162,15 @@ class Bench:
             self.waiters.pop(key, None)
 
     async def one_goaai(self, index: int) -> None:
-        loop = asyncio.get_running_loop()
-        seq = await loop.run_in_executor(self.writer, self.write_event, index)
-        await self.complete(("g", seq))
+        # The write's thread tells the loop nothing while the event is on its way:
+        # the loop waits for the subscribers' arrivals of the next number, and only
+        # then for the thread's answer (which must be that number).
+        self.last_seq += 1
+        written = self.writer.submit(self.write_event, index)
+        await self.complete(("g", self.last_seq))
+        seq = await asyncio.wrap_future(written)
+        if seq != self.last_seq:
+            raise RuntimeError(f"event {seq} was written where {self.last_seq} was expected")
 
     async def one_bare(self, index: int) -> None:
         self.sent_time[index] = time.perf_counter()

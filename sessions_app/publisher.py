@@ -428,19 +428,21 @@ class _Publisher:
                     for moment in committed:
                         observe_publish_lag(layer=type(layer).__name__, seconds=now - moment)
                 continue
-            task = asyncio.ensure_future(layer.group_send(target, message))
+            task = asyncio.get_running_loop().create_task(layer.group_send(target, message))
             self._inflight.add(task)
-            task.add_done_callback(self._delivered)
-            if target == group and isinstance(item, tuple):
-                for moment in committed:
-                    task.add_done_callback(
-                        functools.partial(_observe_delivered, type(layer).__name__, moment)
-                    )
+            timed = committed if target == group and isinstance(item, tuple) else ()
+            task.add_done_callback(functools.partial(self._delivered, type(layer).__name__, timed))
 
-    def _delivered(self, task: asyncio.Task[None]) -> None:
+    def _delivered(self, layer: str, committed: Iterable[float], task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
             logger.error("Publishing to the channel layer failed", exc_info=task.exception())
+            return
+        now = time.monotonic()
+        for moment in committed:
+            observe_publish_lag(layer=layer, seconds=now - moment)
 
     async def _settle(self) -> None:
         self._take_handoff()
@@ -478,11 +480,6 @@ def _frame_on_loop(group: str) -> float:
     layer = get_channel_layer()
     members = layer.groups.get(group, ()) if isinstance(layer, InMemoryChannelLayer) else ()
     return frame_seconds(len(members))
-
-
-def _observe_delivered(layer: str, committed: float, task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is None:
-        observe_publish_lag(layer=layer, seconds=time.monotonic() - committed)
 
 
 publisher = _Publisher()

@@ -20,6 +20,7 @@ from goaai import asgi
 from goaai.channel_layers import UPKEEP_SECONDS, InMemoryChannelLayer
 from goaai.runtime import rt
 from sessions_app import publisher as publishing
+from sessions_app.metrics import EVENT_PUBLISH_LAG
 from sessions_app.publisher import (
     FRAME_SECONDS,
     DeltaCoalescer,
@@ -505,6 +506,36 @@ async def test_a_server_with_subscribers_publishes_to_a_redis_layer_from_its_own
     assert [seq for steps in sent for seq in steps] == [1, 2, 3]
     assert set(LoopRecordingLayer.threads) == {threading.get_ident()}
     assert server._thread is None
+
+
+class FailingLayer(LoopRecordingLayer):
+    """A layer on which every other send fails."""
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        await super().group_send(group, message)
+        if len(self.sent) % 2 == 0:
+            raise ConnectionError("the layer is gone")
+
+
+async def test_a_send_from_the_loop_times_each_step_in_it_or_logs_its_failure(settings, caplog):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.FailingLayer"}}
+    RecordingLayer.sent.clear()
+    server = publishing._Publisher()
+    server.attach_loop(asyncio.get_running_loop())
+    counted = EVENT_PUBLISH_LAG.labels(layer="FailingLayer")
+    before = sum(bucket.get() for bucket in counted._buckets)
+
+    await asyncio.to_thread(server.send, GROUP, step(1))
+    await server._settle()
+    await asyncio.to_thread(server.send, GROUP, step(2))
+    await server._settle()
+
+    assert len(RecordingLayer.sent) == 2
+    # The first went out and was timed; the second failed, was logged, not timed.
+    assert sum(bucket.get() for bucket in counted._buckets) == before + 1
+    assert "Publishing to the channel layer failed" in caplog.text
+    assert not server._inflight
+    server.detach_loop(asyncio.get_running_loop())
 
 
 def test_without_a_running_loop_a_redis_layer_is_published_to_from_the_thread(settings):
