@@ -51,7 +51,7 @@ LAYERS = {
     "redis": ("RedisChannelLayer", {"BACKEND": "channels_redis.core.RedisChannelLayer"}),
     "pubsub": (
         "RedisPubSubChannelLayer",
-        {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer"},
+        {"BACKEND": "goaai.channel_layers.RedisPubSubChannelLayer"},
     ),
 }
 CHUNK = 50

@@ -1,5 +1,6 @@
-"""The in-memory channel layer of the embedded default, with upkeep that does not
-grow with its subscribers.
+"""The channel layers goaai runs on: the in-memory layer of the embedded default,
+with upkeep that does not grow with its subscribers, and the Redis pub/sub layer
+that ``REDIS_URL`` selects, which committing threads can publish to directly.
 
 channels' own ``InMemoryChannelLayer`` scans every channel's queue for expired
 messages on every ``receive`` and every ``group_send``, copies each message once per
@@ -11,11 +12,16 @@ session followed by 500 sockets, each message to it cost 500 scans of 500 queues
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from copy import deepcopy
 from typing import Any
 
+import redis
 from channels import layers
+from channels_redis import pubsub
+from channels_redis.utils import _consistent_hash, decode_hosts
 
 # How often, at most, expired messages and group memberships are looked for. A
 # message lives for ``expiry`` (60 s by default): finding it a second late is fine.
@@ -101,3 +107,133 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
             # subscriber finds the gap by sequence number and reads the database.
             if not queue.full():
                 queue.put_nowait(shared)
+
+
+# A direct publish never waits for Redis longer than this to take its bytes (a
+# healthy connection takes them at once: they go to the socket's buffer); opening the
+# connection, done off the committing threads, gives up after CONNECT_SECONDS.
+SEND_SECONDS = 0.05
+CONNECT_SECONDS = 1.0
+# A connection written to no more recently than this is checked before the next
+# write (a Redis server may close idle clients).
+IDLE_SECONDS = 1.0
+PUBLISHING_CLIENT_NAME = "goaai-publish"
+# How long a new publishing connection waits for a refusal of CLIENT REPLY OFF.
+REFUSAL_SECONDS = 0.05
+
+
+class RedisPubSubChannelLayer(pubsub.RedisPubSubChannelLayer):  # type: ignore[misc]
+    """channels_redis' pub/sub layer, which a process's committing threads can also
+    publish to directly (:meth:`publish_now`): no event loop, no thread hop, no wait
+    for Redis's answer.
+
+    channels_redis publishes from an event loop and waits for each PUBLISH's reply.
+    A run commits its steps in a worker thread, so each message crossed to a loop
+    (the server's, or a thread's own in a Celery worker) before it was published:
+    about as long again as the publish itself. Here each shard has one more
+    connection, opened off the committing threads (:meth:`open_for_publishing`),
+    that asked Redis to send it no replies (``CLIENT REPLY OFF``): a publish writes
+    the same PUBLISH channels_redis would (the group's channel, the layer's
+    serializer) and returns. A write that fails closes the connection and raises;
+    goaai's publisher then sends the message through channels_redis' own path
+    while its thread opens the connection again (sessions_app.publisher).
+    """
+
+    def __init__(self, hosts: Any = None, prefix: str = "asgi", **kwargs: Any) -> None:
+        super().__init__(hosts=hosts, prefix=prefix, **kwargs)
+        self.publish_prefix = prefix
+        self.publish_hosts = decode_hosts(hosts)
+        # Shard index -> (its open connection, when it was last written to), in the
+        # process that opened them (a forked Celery child opens its own).
+        self._publishing: dict[int, tuple[Any, float]] = {}
+        self._publishing_pid = os.getpid()
+        self._publishing_lock = threading.Lock()
+
+    def publishes_now(self) -> bool:
+        """Whether :meth:`publish_now` can reach this layer's servers (a Sentinel
+        configuration cannot: its master is found through the sentinels)."""
+        return all("master_name" not in host for host in self.publish_hosts)
+
+    def group_channel(self, group: str) -> tuple[str, int]:
+        """The Redis channel of ``group``'s messages and the index of its shard, as
+        channels_redis' pub/sub layer names and places them."""
+        channel = f"{self.publish_prefix}__group__{group}"
+        return channel, _consistent_hash(channel, len(self.publish_hosts))
+
+    def publishing_open(self) -> bool:
+        """Whether every shard has a connection to publish on, in this process."""
+        with self._publishing_lock:
+            return self._publishing_pid == os.getpid() and len(self._publishing) == len(
+                self.publish_hosts
+            )
+
+    def open_for_publishing(self) -> None:
+        """Open the connections :meth:`publish_now` writes to (blocking: for a thread
+        that may wait). Raises what connecting raised."""
+        with self._publishing_lock:
+            if self._publishing_pid != os.getpid():
+                self._publishing = {}  # the parent's, in a forked child
+                self._publishing_pid = os.getpid()
+            missing = [i for i in range(len(self.publish_hosts)) if i not in self._publishing]
+        for index in missing:
+            connection = _connection(self.publish_hosts[index])
+            connection.connect()
+            connection.send_command("CLIENT", "REPLY", "OFF")
+            # Nothing comes back unless Redis refused (an ACL without CLIENT).
+            if connection.can_read(timeout=REFUSAL_SECONDS):
+                try:
+                    answer = connection.read_response()
+                finally:
+                    connection.disconnect()
+                raise redis.ResponseError(f"CLIENT REPLY OFF was answered: {answer!r}")
+            with self._publishing_lock:
+                self._publishing[index] = (connection, time.monotonic())
+
+    def publish_now(self, group: str, message: dict[str, Any]) -> bool:
+        """``group_send`` from any thread, without waiting for Redis's answer. False
+        when the shard's connection is not open (:meth:`open_for_publishing`); raises
+        ``redis.RedisError`` when writing to it failed, and the connection is closed."""
+        channel, index = self.group_channel(group)
+        payload = self.serialize(message)
+        with self._publishing_lock:
+            opened = self._publishing.get(index) if self._publishing_pid == os.getpid() else None
+            if opened is None:
+                return False
+            connection, written = opened
+            now = time.monotonic()
+            try:
+                # Data to read on a connection Redis sends nothing to: it closed it.
+                if now - written > IDLE_SECONDS and connection.can_read(timeout=0):
+                    raise redis.ConnectionError("Redis closed the connection")
+                connection.send_packed_command(
+                    connection.pack_command("PUBLISH", channel, payload), check_health=False
+                )
+            except redis.RedisError:
+                del self._publishing[index]
+                connection.disconnect()
+                raise
+            self._publishing[index] = (connection, now)
+        return True
+
+    def close_for_publishing(self) -> None:
+        with self._publishing_lock:
+            opened, self._publishing = self._publishing, {}
+        for connection, _ in opened.values():
+            connection.disconnect()
+
+
+def _connection(host: dict[str, Any]) -> Any:
+    # A connection of its own to one shard, configured as channels_redis configures
+    # its pool for that host (see channels_redis.utils.create_pool).
+    options = {k: v for k, v in host.items() if k != "address"}
+    options |= {
+        "socket_timeout": SEND_SECONDS,
+        "socket_connect_timeout": CONNECT_SECONDS,
+        # Named for whoever lists Redis's clients.
+        "client_name": PUBLISHING_CLIENT_NAME,
+    }
+    if "address" in host:
+        pool = redis.ConnectionPool.from_url(host["address"], **options)
+    else:
+        pool = redis.ConnectionPool(**options)
+    return pool.make_connection()

@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 from uuid import UUID
 
+import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from goaai.channel_layers import InMemoryChannelLayer as GoaaiInMemoryLayer
+from goaai.channel_layers import RedisPubSubChannelLayer
 from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
 from sessions_app.metrics import observe_publish_lag
@@ -65,6 +67,9 @@ FRAME_SECONDS = 0.05
 SUBSCRIBERS_PER_FRAME = 100
 # The most messages the publisher thread takes from its queue to send as one batch.
 MAX_BATCH = 1000
+# How long the thread that opens a Redis layer's publishing connections waits after a
+# failed attempt before the next.
+RECONNECT_SECONDS = 1.0
 
 
 def frame_seconds(subscribers: int) -> float:
@@ -193,6 +198,10 @@ class _Publisher:
     Redis layer are sent from one background thread with its own loop, fed by a
     queue: its hand-over and a loop run per batch cost a run start more of the
     server's CPU than a task on the loop that is running anyway.
+
+    The layer ``REDIS_URL`` selects (goaai's RedisPubSubChannelLayer) is published
+    to by the committing thread itself, without a hop (:class:`_DirectPublisher`);
+    the paths above carry what it could not publish.
     """
 
     def __init__(self) -> None:
@@ -212,6 +221,8 @@ class _Publisher:
         self._handoff_lock = threading.Lock()
         # The server loop's messages about to be sent (see _send_batch()).
         self._batch: list[tuple[str, Any, float]] = []
+        # Publishes from the committing thread to a layer that takes it.
+        self._direct = _DirectPublisher(self._send_other_way)
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver messages on ``loop``, where this process's subscribers wait."""
@@ -247,6 +258,14 @@ class _Publisher:
         # the moment of the commit, where their publication lag starts.
         committed = time.monotonic()
         layer = get_channel_layer()
+        if isinstance(layer, RedisPubSubChannelLayer) and layer.publishes_now():
+            # Published by this thread; what it could not publish goes the other way.
+            for item in self._direct.send(layer, group, message, committed):
+                self._send_other_way(layer, group, item, committed)
+            return
+        self._send_other_way(layer, group, message, committed)
+
+    def _send_other_way(self, layer: Any, group: str, message: Any, committed: float) -> None:
         in_memory = isinstance(layer, InMemoryChannelLayer)
         server = self._server_loop
         # The in-memory layer's subscribers are on that loop whenever it runs again;
@@ -305,7 +324,7 @@ class _Publisher:
         if layer is None:
             return
         published = True
-        for target, message in self._messages(group, item):
+        for target, message in layer_messages(group, item):
             try:
                 self._deliver(loop, layer, target, message)
             except Exception:
@@ -315,37 +334,6 @@ class _Publisher:
             now = time.monotonic()
             for moment in committed:
                 observe_publish_lag(layer=type(layer).__name__, seconds=now - moment)
-
-    @staticmethod
-    def _messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
-        if _is_delta(item):
-            # Encoded once here for every subscriber (the frame they pass on).
-            frame = {"type": "delta", **{k: item[k] for k in ("run", "turn", "offset", "text")}}
-            return [(group, {**item, "encoded": encode(frame)})]
-        if not isinstance(item, tuple):
-            return [(group, item)]
-        # Formatting happens here, off the run's worker thread, and each event is
-        # encoded once for every subscriber (see sessions_app.streams.encoded_events).
-        events, owner_id = item
-        formatted = [event.as_dict() for event in events]
-        messages: list[tuple[str, dict[str, Any]]] = [
-            (
-                group,
-                {
-                    "type": "session.events",
-                    "events": formatted,
-                    "encoded": [encode(event) for event in formatted],
-                },
-            )
-        ]
-        if owner_id is not None:
-            session = str(events[0].session_id)
-            messages += [
-                (user_group(owner_id), {"type": "user.change", "event": {**e, "session": session}})
-                for e in formatted
-                if e["type"] in SESSION_LIST_EVENT_TYPES
-            ]
-        return messages
 
     @staticmethod
     def _deliver(
@@ -414,7 +402,7 @@ class _Publisher:
         # other layer sends each from a task of its own, started in order (a Redis
         # layer publishes them on one connection, in that order).
         owned = isinstance(item, tuple) or _is_delta(item)
-        for target, message in self._messages(group, item):
+        for target, message in layer_messages(group, item):
             if isinstance(layer, InMemoryChannelLayer) and target not in layer.groups:
                 continue
             if isinstance(layer, GoaaiInMemoryLayer):
@@ -456,6 +444,7 @@ class _Publisher:
     def drain(self, timeout: float = 5.0) -> None:
         """Wait until everything handed over so far was sent (for tests and
         shutdown). Called on the server's own loop it cannot wait, and returns."""
+        self._direct.drain()
         server = self._server_loop
         if server is not None and server.is_running():
             try:
@@ -480,6 +469,151 @@ def _frame_on_loop(group: str) -> float:
     layer = get_channel_layer()
     members = layer.groups.get(group, ()) if isinstance(layer, InMemoryChannelLayer) else ()
     return frame_seconds(len(members))
+
+
+def layer_messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The channel-layer messages that carry ``item`` (a step's events, a piece of
+    text, any other message) to ``group``, and to the owner's session-list group."""
+    if _is_delta(item):
+        # Encoded once here for every subscriber (the frame they pass on).
+        frame = {"type": "delta", **{k: item[k] for k in ("run", "turn", "offset", "text")}}
+        return [(group, {**item, "encoded": encode(frame)})]
+    if not isinstance(item, tuple):
+        return [(group, item)]
+    # Formatting happens here, off the run's worker thread, and each event is
+    # encoded once for every subscriber (see sessions_app.streams.encoded_events).
+    events, owner_id = item
+    formatted = [event.as_dict() for event in events]
+    messages: list[tuple[str, dict[str, Any]]] = [
+        (
+            group,
+            {
+                "type": "session.events",
+                "events": formatted,
+                "encoded": [encode(event) for event in formatted],
+            },
+        )
+    ]
+    if owner_id is not None:
+        session = str(events[0].session_id)
+        messages += [
+            (user_group(owner_id), {"type": "user.change", "event": {**e, "session": session}})
+            for e in formatted
+            if e["type"] in SESSION_LIST_EVENT_TYPES
+        ]
+    return messages
+
+
+class _DirectPublisher:
+    """Publishes from the committing thread, to a layer that takes a publish from
+    any thread without waiting (goaai.channel_layers.RedisPubSubChannelLayer): no
+    hop to an event loop, in the order the threads publish (one lock).
+
+    Pieces of streamed text are joined per frame as on the other paths; a thread of
+    its own sends the pieces held when their frame ends, and opens the layer's
+    connections, so that a committing thread never waits to connect: until they are
+    open, and after a write failed, messages go the other way (``other_way``).
+    """
+
+    def __init__(self, other_way: Callable[[Any, str, Any, float], None]) -> None:
+        self._other_way = other_way
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._coalescer = DeltaCoalescer()
+        self._thread: threading.Thread | None = None
+        # A layer whose connections the thread is to open.
+        self._to_open: RedisPubSubChannelLayer | None = None
+
+    def send(
+        self, layer: RedisPubSubChannelLayer, group: str, item: Any, committed: float
+    ) -> list[Any]:
+        """Publish ``item`` now; returns what could not be published, in order."""
+        with self._lock:
+            if not layer.publishing_open():
+                self._open_later(layer)
+                return [item]
+            taken, opened = self._coalescer.take(group, item, time.monotonic())
+            for position, each in enumerate(taken):
+                if not self._write(layer, group, each, committed):
+                    return taken[position:]
+            if opened is not None:
+                self._start()
+                self._wake.notify()
+            return []
+
+    def _write(
+        self, layer: RedisPubSubChannelLayer, group: str, item: Any, committed: float | None
+    ) -> bool:
+        # Under the lock. False if the layer's connection is not open or failed.
+        for target, message in layer_messages(group, item):
+            try:
+                if not layer.publish_now(target, message):
+                    self._open_later(layer)
+                    return False
+            except redis.RedisError:
+                logger.warning("Publishing to Redis failed; connecting again", exc_info=True)
+                self._open_later(layer)
+                return False
+        if committed is not None and isinstance(item, tuple):
+            observe_publish_lag(layer=type(layer).__name__, seconds=time.monotonic() - committed)
+        return True
+
+    def _open_later(self, layer: RedisPubSubChannelLayer) -> None:
+        # Under the lock.
+        self._to_open = layer
+        self._start()
+        self._wake.notify()
+
+    def _start(self) -> None:
+        # Under the lock; a forked child starts its own.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="goaai-direct-publisher", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        failing = False
+        while True:
+            with self._wake:
+                if self._to_open is None:
+                    due = self._coalescer.next_due()
+                    self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
+                self._flush(self._coalescer.due(time.monotonic()))
+                layer = self._to_open
+            if layer is None:
+                continue
+            try:
+                layer.open_for_publishing()
+            except Exception:
+                # Said once, not at every attempt while Redis is away.
+                log = logger.debug if failing else logger.warning
+                log("Connecting to Redis to publish failed; trying again", exc_info=True)
+                failing = True
+                time.sleep(RECONNECT_SECONDS)
+                continue
+            if failing:
+                logger.info("Publishing to Redis again")
+                failing = False
+            with self._lock:
+                if self._to_open is layer:
+                    self._to_open = None
+
+    def _flush(self, held: list[tuple[str, dict[str, Any], float]]) -> None:
+        # Under the lock: pieces whose frame ended (or all of them, see drain()).
+        layer = get_channel_layer()
+        for position, (group, piece, _) in enumerate(held):
+            if not isinstance(layer, RedisPubSubChannelLayer) or not self._write(
+                layer, group, piece, None
+            ):
+                for other, rest, _ in held[position:]:
+                    self._other_way(layer, other, rest, 0.0)
+                return
+
+    def drain(self) -> None:
+        """Send every piece held now."""
+        with self._lock:
+            self._flush([(group, piece, 0.0) for group, piece in self._coalescer.flush()])
 
 
 publisher = _Publisher()

@@ -615,7 +615,7 @@ def redis_layer(runtime, tmp_path, settings) -> Iterator[None]:
     before = settings.CHANNEL_LAYERS
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "BACKEND": "goaai.channel_layers.RedisPubSubChannelLayer",
             "CONFIG": {"hosts": [server.url]},
         }
     }

@@ -120,7 +120,7 @@ def test_a_frame_lasts_longer_the_more_subscribers_a_session_has():
 
 def test_a_published_step_carries_each_event_encoded_once():
     written = Written(uuid4(), uuid4(), 7, "message.completed", {"text": "héllo"}, timezone.now())
-    [(group, message)] = publishing._Publisher._messages(GROUP, ([written], None))
+    [(group, message)] = publishing.layer_messages(GROUP, ([written], None))
     assert group == GROUP
     [event] = message["events"]
     assert encoded_events(message) == {7: message["encoded"][0]}
@@ -129,7 +129,7 @@ def test_a_published_step_carries_each_event_encoded_once():
 
 
 def test_a_delta_carries_its_frame_encoded_once_and_a_subscriber_uses_it_unchanged():
-    [(_, message)] = publishing._Publisher._messages(GROUP, delta(5, "upon "))
+    [(_, message)] = publishing.layer_messages(GROUP, delta(5, "upon "))
     frame = {"type": "delta", "run": RUN, "turn": TURN, "offset": 5, "text": "upon "}
     assert json.loads(message["encoded"]) == frame
     assert delta_frame(message, [frame]) == message["encoded"]
