@@ -21,7 +21,15 @@ from typing import Any
 import redis
 from channels import layers
 from channels_redis import pubsub
-from channels_redis.utils import _consistent_hash, decode_hosts
+from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
+
+from goaai.live_frames import (
+    SUBSCRIBERS_PER_FRAME,
+    DeltaCoalescer,
+    frame_seconds,
+    is_delta,
+    with_delta_frame,
+)
 
 # How often, at most, expired messages and group memberships are looked for. A
 # message lives for ``expiry`` (60 s by default): finding it a second late is fine.
@@ -215,6 +223,26 @@ class RedisPubSubChannelLayer(pubsub.RedisPubSubChannelLayer):  # type: ignore[m
             self._publishing[index] = (connection, now)
         return True
 
+    def _get_layer(self) -> _LoopLayer:
+        # channels_redis' own, with a layer of goaai's for each event loop.
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _LoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            _wrap_close(self, loop)
+        return layer  # type: ignore[no-any-return]
+
+    def deserialize(self, message: Any) -> Any:
+        # A group's message is decoded once for this process's members (_LoopLayer).
+        if type(message) is _Decoded:
+            return message.value
+        return super().deserialize(message)
+
+    def receive_ready(self, channel: str) -> list[dict[str, Any]]:
+        """The messages waiting in ``channel``'s queue on this loop, taken at once,
+        oldest first (see goaai's in-memory layer)."""
+        return self._get_layer().receive_ready(channel)
+
     def close_for_publishing(self) -> None:
         with self._publishing_lock:
             opened, self._publishing = self._publishing, {}
@@ -237,3 +265,82 @@ def _connection(host: dict[str, Any]) -> Any:
     else:
         pool = redis.ConnectionPool(**options)
     return pool.make_connection()
+
+
+class _Decoded:
+    """A group message as this process's members of the group get it: decoded once
+    for all of them, and read-only (as with goaai's in-memory layer)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        self.value = value
+
+
+class _LoopLayer(pubsub.RedisPubSubLoopLayer):  # type: ignore[misc]
+    """channels_redis' layer of one event loop, which hands a group's message to
+    this process's members of the group decoded once for all of them (channels_redis
+    decodes it again for each), and joins the pieces of streamed text that reach a
+    group of more members than a frame is for (:data:`SUBSCRIBERS_PER_FRAME`) into
+    frames as long as the in-memory layer's publisher makes them: the server that
+    publishes a piece does not know how many sockets of other servers follow it, the
+    one that writes it to them does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shards: list[Any] = [_Shard(shard.host, self) for shard in self._shards]
+        self._coalescer = DeltaCoalescer(
+            lambda group: frame_seconds(len(self.groups.get(group, ())))
+        )
+
+    def receive_ready(self, channel: str) -> list[dict[str, Any]]:
+        queue = self.channels.get(channel)
+        taken = []
+        while queue is not None and not queue.empty():
+            taken.append(self.channel_layer.deserialize(queue.get_nowait()))
+        return taken
+
+    def group_message(self, group: str, data: bytes) -> None:
+        """Hand a message of ``group`` (its Redis channel) to this loop's members."""
+        members = self.groups.get(group)
+        if not members:
+            return
+        message = self.channel_layer.deserialize(data)
+        if len(members) <= SUBSCRIBERS_PER_FRAME and not self._coalescer.holds(group):
+            self._put(group, message)
+            return
+        items, opened = self._coalescer.take(group, message, time.monotonic())
+        if opened is not None:
+            asyncio.get_running_loop().call_later(opened, self._frame_ended)
+        for item in items:
+            # A piece that was held may have had others joined to it: its frame is
+            # encoded again.
+            self._put(
+                group, item if item is message or not is_delta(item) else with_delta_frame(item)
+            )
+
+    def _frame_ended(self) -> None:
+        for group, piece, interval in self._coalescer.due(time.monotonic()):
+            if group in self.groups:
+                self._put(group, with_delta_frame(piece))
+                asyncio.get_running_loop().call_later(interval, self._frame_ended)
+
+    def _put(self, group: str, message: dict[str, Any]) -> None:
+        shared = _Decoded(message)
+        for channel in self.groups.get(group, ()):
+            queue = self.channels.get(channel)
+            if queue is not None:
+                queue.put_nowait(shared)
+
+
+class _Shard(pubsub.RedisSingleShardConnection):  # type: ignore[misc]
+    def _receive_message(self, message: dict[str, Any] | None) -> None:
+        if message is None:
+            return
+        name = message["channel"]
+        if isinstance(name, bytes):
+            name = name.decode()
+        if name in self.channel_layer.groups:
+            self.channel_layer.group_message(name, message["data"])
+        else:
+            super()._receive_message(message)

@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 
 from goaai.api.fields import nested_deeper_than
 from goaai.api.parsers import MAX_JSON_DEPTH
-from goaai.channel_layers import InMemoryChannelLayer
+from goaai.channel_layers import InMemoryChannelLayer, RedisPubSubChannelLayer
 from sessions_app.publisher import publisher, session_group, user_group
 from sessions_app.streams import (
     CLOSE_NO_SESSION,
@@ -77,7 +77,7 @@ class _Consumer(AsyncWebsocketConsumer):
             self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
         one_at_a_time = asyncio.Lock()
         pumps = [asyncio.ensure_future(self._pump(receive, one_at_a_time))]
-        if isinstance(self.channel_layer, InMemoryChannelLayer):
+        if isinstance(self.channel_layer, InMemoryChannelLayer | RedisPubSubChannelLayer):
             pumps.append(
                 asyncio.ensure_future(
                     self._pump(self.channel_receive, one_at_a_time, self._also_waiting)
@@ -111,7 +111,7 @@ class _Consumer(AsyncWebsocketConsumer):
                     await self.dispatch(message)
 
     def _also_waiting(self) -> list[dict[str, Any]]:
-        # goaai's in-memory layer hands over everything the channel holds: a socket
+        # goaai's layers hand over everything the channel holds: a socket
         # the server reached late (it was writing a step to hundreds of others)
         # sends the steps committed meanwhile in one frame.
         publisher.take_handed_over()

@@ -14,9 +14,7 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import json
 import logging
-import math
 import queue
 import threading
 import time
@@ -29,6 +27,13 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from goaai.channel_layers import InMemoryChannelLayer as GoaaiInMemoryLayer
 from goaai.channel_layers import RedisPubSubChannelLayer
+from goaai.live_frames import (
+    DeltaCoalescer,
+    encode,
+    frame_seconds,
+    is_delta,
+    with_delta_frame,
+)
 from goaai.runtime import payloads
 from goaai.runtime.vocabulary import SESSION_LIST_EVENT_TYPES
 from sessions_app.metrics import observe_publish_lag
@@ -56,105 +61,11 @@ class Written(NamedTuple):
         )
 
 
-# Streamed pieces of one turn published within one frame of each other go to live
-# subscribers as one message: the first at once, the rest together when the frame
-# ends. Every message costs the server a WebSocket frame per subscriber (most of
-# it in the server's writing to the socket), so a session followed by many keeps
-# to a budget of frames: a frame is FRAME_SECONDS long for each SUBSCRIBERS_PER_FRAME
-# subscribers (50 ms up to 100 of them, 250 ms for 500). Events are never held:
-# an event flushes the text held before it, in order.
-FRAME_SECONDS = 0.05
-SUBSCRIBERS_PER_FRAME = 100
 # The most messages the publisher thread takes from its queue to send as one batch.
 MAX_BATCH = 1000
 # How long the thread that opens a Redis layer's publishing connections waits after a
 # failed attempt before the next.
 RECONNECT_SECONDS = 1.0
-
-
-def frame_seconds(subscribers: int) -> float:
-    """How long a frame of streamed text lasts for a group of ``subscribers``."""
-    return FRAME_SECONDS * max(1, math.ceil(subscribers / SUBSCRIBERS_PER_FRAME))
-
-
-def encode(value: Any) -> str:
-    """JSON as live subscribers are sent it: compact, once for all of them."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _is_delta(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "run.delta"
-
-
-def _follows(held: dict[str, Any], piece: dict[str, Any]) -> bool:
-    """Whether ``piece`` continues ``held``'s text, in the same turn."""
-    return (
-        held["turn"] == piece["turn"]
-        and isinstance(held.get("offset"), int)
-        and piece.get("offset") == held["offset"] + len(held["text"])
-    )
-
-
-class DeltaCoalescer:
-    """Joins the pieces of streamed text published to a group within one frame
-    interval: the first piece is sent at once and opens the interval, those that
-    follow during it are held and joined, and sent as one when it ends (:meth:`due`)
-    or before anything else sent to the group, so that the order never changes.
-
-    Not thread-safe: each publishing path keeps its own, on one thread.
-    """
-
-    def __init__(self, interval: Callable[[str], float] = lambda group: FRAME_SECONDS) -> None:
-        # How long a group's interval lasts (see frame_seconds).
-        self.interval = interval
-        # group -> (when its interval ends, the piece held for then)
-        self._open: dict[str, tuple[float, dict[str, Any] | None]] = {}
-
-    def take(self, group: str, item: Any, now: float) -> tuple[list[Any], float | None]:
-        """What to send to ``group`` now, in order, for ``item``, and how long the
-        interval that opened lasts, if one did (:meth:`due` is to be called when
-        it ends)."""
-        end, held = self._open.get(group, (None, None))
-        if not _is_delta(item):
-            if held is None:
-                return [item], None
-            self._open[group] = (end, None)  # type: ignore[assignment]
-            return [held, item], None
-        if end is None or end <= now:
-            interval = self.interval(group)
-            self._open[group] = (now + interval, None)
-            return ([held] if held is not None else []) + [item], interval
-        if held is not None and _follows(held, item):
-            held["text"] += item["text"]
-            return [], None
-        self._open[group] = (end, dict(item))
-        return ([held] if held is not None else []), None
-
-    def due(self, now: float) -> list[tuple[str, dict[str, Any], float]]:
-        """The held pieces whose interval has ended, to send now, each with the
-        interval its group opens again (the text goes on streaming). A group that
-        held nothing is forgotten."""
-        sent: list[tuple[str, dict[str, Any], float]] = []
-        for group, (end, held) in list(self._open.items()):
-            if end > now:
-                continue
-            if held is None:
-                del self._open[group]
-            else:
-                interval = self.interval(group)
-                sent.append((group, held, interval))
-                self._open[group] = (now + interval, None)
-        return sent
-
-    def next_due(self) -> float | None:
-        """When the next interval ends, if one is open."""
-        return min((end for end, _ in self._open.values()), default=None)
-
-    def flush(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every held piece, to send now (the intervals close)."""
-        held = [(group, piece) for group, (_, piece) in self._open.items() if piece is not None]
-        self._open.clear()
-        return held
 
 
 def merge_steps(batch: Iterable[tuple[str, Any, float]]) -> list[tuple[str, Any, list[float]]]:
@@ -401,7 +312,7 @@ class _Publisher:
         # them for the group's members at once, without a copy or a task each. Any
         # other layer sends each from a task of its own, started in order (a Redis
         # layer publishes them on one connection, in that order).
-        owned = isinstance(item, tuple) or _is_delta(item)
+        owned = isinstance(item, tuple) or is_delta(item)
         for target, message in layer_messages(group, item):
             if isinstance(layer, InMemoryChannelLayer) and target not in layer.groups:
                 continue
@@ -474,10 +385,9 @@ def _frame_on_loop(group: str) -> float:
 def layer_messages(group: str, item: Any) -> list[tuple[str, dict[str, Any]]]:
     """The channel-layer messages that carry ``item`` (a step's events, a piece of
     text, any other message) to ``group``, and to the owner's session-list group."""
-    if _is_delta(item):
+    if is_delta(item):
         # Encoded once here for every subscriber (the frame they pass on).
-        frame = {"type": "delta", **{k: item[k] for k in ("run", "turn", "offset", "text")}}
-        return [(group, {**item, "encoded": encode(frame)})]
+        return [(group, with_delta_frame(item))]
     if not isinstance(item, tuple):
         return [(group, item)]
     # Formatting happens here, off the run's worker thread, and each event is

@@ -6,6 +6,7 @@ publish goes through channels_redis' own path."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -19,7 +20,7 @@ from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer as ChannelsRedisLayer
 from django.utils import timezone
 
-from goaai import channel_layers
+from goaai import channel_layers, live_frames
 from goaai.channel_layers import PUBLISHING_CLIENT_NAME, RedisPubSubChannelLayer
 from sessions_app import publisher as publishing
 from sessions_app.publisher import Written
@@ -297,3 +298,80 @@ async def test_with_redis_away_a_commit_never_waits_and_the_failure_is_said_once
     assert [item[0][0].seq for item in other_way] == list(range(1, 21))
     warnings = [r for r in caplog.records if "Connecting to Redis" in r.getMessage()]
     assert [r.levelname for r in warnings if r.levelname == "WARNING"] == ["WARNING"]
+
+
+# What one server's subscribers of a group get from Redis
+
+
+@pytest.mark.redis
+async def test_a_group_message_is_decoded_once_for_all_of_this_servers_members(prefix, monkeypatch):
+    layer = RedisPubSubChannelLayer(hosts=[REDIS_TEST_URL], prefix=prefix)
+    channels = [await subscribed(layer, "session.a") for _ in range(5)]
+    decoded: list[bytes] = []
+    deserialize = layer._serializer.deserialize
+
+    def counting(data: bytes) -> Any:
+        decoded.append(data)
+        return deserialize(data)
+
+    monkeypatch.setattr(layer._serializer, "deserialize", counting)
+    message = {"type": "session.events", "events": [{"seq": 1}], "encoded": ['{"seq":1}']}
+
+    await layer.group_send("session.a", message)
+    got = [await asyncio.wait_for(layer.receive(channel), TIMEOUT) for channel in channels]
+
+    assert got == [message] * 5
+    assert len(decoded) == 1
+    # Sent to one channel, a message is its own.
+    await layer.send(channels[0], {"type": "x"})
+    assert await asyncio.wait_for(layer.receive(channels[0]), TIMEOUT) == {"type": "x"}
+    await layer.flush()
+
+
+@pytest.mark.redis
+async def test_text_reaching_more_members_than_a_frame_is_for_is_joined_per_frame_here(
+    prefix, monkeypatch
+):
+    # Two members are "many" here: a frame is 50 ms for up to one, 100 ms for two.
+    monkeypatch.setattr(channel_layers, "SUBSCRIBERS_PER_FRAME", 1)
+    monkeypatch.setattr(live_frames, "SUBSCRIBERS_PER_FRAME", 1)
+    layer = RedisPubSubChannelLayer(hosts=[REDIS_TEST_URL], prefix=prefix)
+    many = [await subscribed(layer, "session.many") for _ in range(2)]
+    one = await subscribed(layer, "session.one")
+    pieces = [delta(0, "Once "), delta(5, "upon "), delta(10, "a ")]
+    event = {"type": "session.events", "events": [{"seq": 1}], "encoded": ['{"seq":1}']}
+    late = delta(12, "time.")
+
+    started = time.monotonic()
+    for group in ("session.many", "session.one"):
+        for message in [*pieces, event, late]:
+            await layer.group_send(
+                group,
+                live_frames.with_delta_frame(message)
+                if message.get("type") == "run.delta"
+                else message,
+            )
+
+    for channel in many:
+        got = await received(layer, channel, 4)
+        assert [m.get("text") or m["events"] for m in got] == [
+            "Once ",
+            "upon a ",  # joined, and sent before the event
+            [{"seq": 1}],
+            "time.",  # held to the frame's end
+        ]
+        assert [json.loads(m["encoded"])["text"] for m in got if "text" in m] == [
+            "Once ",
+            "upon a ",
+            "time.",
+        ]
+    assert time.monotonic() - started >= live_frames.frame_seconds(2) * 0.9
+    got = await received(layer, one, 5)  # a frame's worth of members: as published
+    assert [m.get("text") or m["events"] for m in got] == [
+        "Once ",
+        "upon ",
+        "a ",
+        [{"seq": 1}],
+        "time.",
+    ]
+    await layer.flush()

@@ -26,17 +26,12 @@ from django.db import connections
 from django.test import Client
 
 from goaai.asgi import application
+from goaai.live_frames import FRAME_SECONDS, frame_seconds
 from goaai.runtime import rt
 from goaai.runtime.models import scripted
 from sessions_app import eventlog
 from sessions_app.models import ApiToken, RunEvent
-from sessions_app.publisher import (
-    FRAME_SECONDS,
-    Written,
-    frame_seconds,
-    publisher,
-    session_group,
-)
+from sessions_app.publisher import Written, publisher, session_group
 from sessions_app.services import api_token_create, api_token_revoke, session_update
 
 TIMEOUT = 5
@@ -814,7 +809,7 @@ def test_in_memory_subscriptions_do_not_expire_after_a_day(settings):
 
 # Many subscribers: one session followed by 500 sockets at once. Each gets every
 # event once, in order, and the whole streamed answer, although its pieces are
-# joined into fewer frames for so many (sessions_app.publisher.frame_seconds).
+# joined into fewer frames for so many (goaai.live_frames.frame_seconds).
 
 SUBSCRIBERS = 500
 STORY_PROMPT = "tell me a story"

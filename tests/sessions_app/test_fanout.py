@@ -18,16 +18,11 @@ from django.utils import timezone
 
 from goaai import asgi
 from goaai.channel_layers import UPKEEP_SECONDS, InMemoryChannelLayer
+from goaai.live_frames import FRAME_SECONDS, DeltaCoalescer, frame_seconds
 from goaai.runtime import rt
 from sessions_app import publisher as publishing
 from sessions_app.metrics import EVENT_PUBLISH_LAG
-from sessions_app.publisher import (
-    FRAME_SECONDS,
-    DeltaCoalescer,
-    Written,
-    frame_seconds,
-    merge_steps,
-)
+from sessions_app.publisher import Written, merge_steps
 from sessions_app.streams import checkpoints_again, delta_frame, encoded_events, join_steps
 
 GROUP, OTHER_GROUP = "session.a", "session.b"
