@@ -28,8 +28,9 @@ still missing once the burst was over.
 
 Layers: ``memory`` (goaai's InMemoryChannelLayer, channels' with cheaper upkeep; subscribers run on the loop
 registered with ``publisher.attach_loop``, as a server's consumers do), ``redis``
-(channels_redis' RedisChannelLayer) and ``pubsub`` (channels_redis'
-RedisPubSubChannelLayer), both on a redis-server of the benchmark's own. Target: goaai p99 <= 2x the bare layer's p99.
+(channels_redis' RedisChannelLayer) and ``pubsub`` (goaai's RedisPubSubChannelLayer,
+the one ``REDIS_URL`` selects: channels_redis' pub/sub layer, to which committing
+threads publish directly), both on a redis-server of the benchmark's own. Target: goaai p99 <= 2x the bare layer's p99.
 """
 
 from __future__ import annotations

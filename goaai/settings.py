@@ -207,7 +207,9 @@ if REDIS_URL:
     # Redis pub/sub: measured faster than channels_redis' list-based layer at 1 to
     # 100 subscribers and without its per-channel drops (bench/live_delivery.py).
     # Either may lose a message on a reconnect; sequence numbers and the database
-    # catch-up keep every stream complete.
+    # catch-up keep every stream complete. goaai's subclass lets committing threads
+    # publish without a hop to an event loop, and decodes a group's message once
+    # for a server's subscribers (goaai.channel_layers).
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "goaai.channel_layers.RedisPubSubChannelLayer",

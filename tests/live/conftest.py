@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from goaai.runtime import rt
 from sessions_app.publisher import publisher
@@ -19,5 +19,6 @@ def runtime():
     publisher.drain()
     # The in-memory layer outlives the test; its groups must not reach the next one.
     layer = get_channel_layer()
-    layer.channels.clear()
-    layer.groups.clear()
+    if isinstance(layer, InMemoryChannelLayer):
+        layer.channels.clear()
+        layer.groups.clear()

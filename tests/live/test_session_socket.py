@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -33,6 +33,7 @@ from sessions_app import eventlog
 from sessions_app.models import ApiToken, RunEvent
 from sessions_app.publisher import Written, publisher, session_group
 from sessions_app.services import api_token_create, api_token_revoke, session_update
+from tests.conftest import REDIS_TEST_URL
 
 TIMEOUT = 5
 REMEMBER = "remember my favourite colour is green"
@@ -827,9 +828,27 @@ def stitched(frames: list[dict[str, Any]]) -> dict[str, str]:
     return texts
 
 
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def live_layer(request, settings) -> Iterator[str]:
+    """The embedded default's in-memory layer, or the Redis pub/sub layer that
+    ``REDIS_URL`` selects (on the tests' Redis, under a prefix of its own)."""
+    if request.param == "memory":
+        yield request.param
+        return
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "goaai.channel_layers.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_TEST_URL], "prefix": f"test{uuid4().hex[:12]}"},
+        }
+    }
+    yield request.param
+    publisher.drain()
+    get_channel_layer().close_for_publishing()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_500_subscribers_each_get_every_event_once_in_order_and_the_whole_answer(
-    open_socket, session, auth, slow_answers
+    live_layer, open_socket, session, auth, slow_answers
 ):
     before = len(await stored(session))
     sockets = [await open_socket(url(session, f"after={before}"), auth) for _ in range(SUBSCRIBERS)]
