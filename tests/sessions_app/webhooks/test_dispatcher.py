@@ -3,6 +3,7 @@ another thread, and a slow receiver never holds a run up."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -11,16 +12,30 @@ from standardwebhooks import Webhook
 from goaai.runtime import rt
 from goaai.runtime.vocabulary import RunStatus, WebhookDeliveryStatus
 from sessions_app.models import WebhookDelivery
-from sessions_app.webhooks import dispatcher, services
+from sessions_app.webhooks import delivery, dispatcher, services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def running_dispatcher(settings):
+def running_dispatcher(settings, monkeypatch):
     # A long poll: what arrives quickly was woken by the commit, not found by a look.
     settings.GOAAI_WEBHOOK_POLL_SECONDS = 60
+    # The test writes once the dispatcher's first look is over: on the tests'
+    # in-memory SQLite a write that meets the look's claim is refused at once
+    # ("database table is locked"), not queued as on a database file.
+    looked = threading.Event()
+    claim_due = delivery.claim_due
+
+    def claim_and_tell(**kwargs):
+        try:
+            return claim_due(**kwargs)
+        finally:
+            looked.set()
+
+    monkeypatch.setattr(delivery, "claim_due", claim_and_tell)
     dispatcher.start()
+    assert looked.wait(10)
     yield
     dispatcher.stop()
 
