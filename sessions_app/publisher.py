@@ -96,9 +96,10 @@ def user_group(user_id: int) -> str:
 
 
 class _Publisher:
-    """Hands committed events to the channel layer, in commit order, off the run's
-    worker thread: a slow or unreachable layer never slows a run, and subscribers
-    that miss a message catch up from the database by sequence number.
+    """Hands committed events to the channel layer, in commit order, without the
+    run's worker thread ever waiting on the layer: a slow or unreachable layer never
+    slows a run, and subscribers that miss a message catch up from the database by
+    sequence number.
 
     In an ASGI server (its requests and its live subscribers register its event
     loop with :meth:`attach_loop`), messages go straight onto that loop, in order,
@@ -111,8 +112,9 @@ class _Publisher:
     server's CPU than a task on the loop that is running anyway.
 
     The layer ``REDIS_URL`` selects (goaai's RedisPubSubChannelLayer) is published
-    to by the committing thread itself, without a hop (:class:`_DirectPublisher`);
-    the paths above carry what it could not publish.
+    to by the committing thread itself, without a hop (:class:`_DirectPublisher`): a
+    write to a connection that waits for no answer, at most 50 ms for Redis to take
+    its bytes. The paths above carry what it could not publish.
     """
 
     def __init__(self) -> None:
@@ -492,6 +494,12 @@ class _DirectPublisher:
                 self._flush(self._coalescer.due(time.monotonic()))
                 layer = self._to_open
             if layer is None:
+                continue
+            if get_channel_layer() is not layer:
+                # The settings changed (tests do): the layer is no longer used.
+                with self._lock:
+                    if self._to_open is layer:
+                        self._to_open = None
                 continue
             try:
                 layer.open_for_publishing()
