@@ -119,7 +119,8 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):  # type: ignore[misc]
 
 # A direct publish never waits for Redis longer than this to take its bytes (a
 # healthy connection takes them at once: they go to the socket's buffer); opening the
-# connection, done off the committing threads, gives up after CONNECT_SECONDS.
+# connection and its handshake, done off the committing threads, give up after
+# CONNECT_SECONDS.
 SEND_SECONDS = 0.05
 CONNECT_SECONDS = 1.0
 # A connection written to no more recently than this is checked before the next
@@ -127,7 +128,7 @@ CONNECT_SECONDS = 1.0
 IDLE_SECONDS = 1.0
 PUBLISHING_CLIENT_NAME = "goaai-publish"
 # How long a new publishing connection waits for a refusal of CLIENT REPLY OFF.
-REFUSAL_SECONDS = 0.05
+REFUSAL_SECONDS = 0.25
 
 
 class RedisPubSubChannelLayer(pubsub.RedisPubSubChannelLayer):  # type: ignore[misc]
@@ -194,6 +195,10 @@ class RedisPubSubChannelLayer(pubsub.RedisPubSubChannelLayer):  # type: ignore[m
                 finally:
                     connection.disconnect()
                 raise redis.ResponseError(f"CLIENT REPLY OFF was answered: {answer!r}")
+            # The handshake may wait for a distant server; a write may not.
+            sock = getattr(connection, "_sock", None)
+            if sock is not None:
+                sock.settimeout(SEND_SECONDS)
             with self._publishing_lock:
                 self._publishing[index] = (connection, time.monotonic())
 
@@ -255,7 +260,7 @@ def _connection(host: dict[str, Any]) -> Any:
     # its pool for that host (see channels_redis.utils.create_pool).
     options = {k: v for k, v in host.items() if k != "address"}
     options |= {
-        "socket_timeout": SEND_SECONDS,
+        "socket_timeout": CONNECT_SECONDS,
         "socket_connect_timeout": CONNECT_SECONDS,
         # Named for whoever lists Redis's clients.
         "client_name": PUBLISHING_CLIENT_NAME,

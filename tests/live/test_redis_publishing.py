@@ -375,3 +375,13 @@ async def test_text_reaching_more_members_than_a_frame_is_for_is_joined_per_fram
         "time.",
     ]
     await layer.flush()
+
+
+@pytest.mark.redis
+async def test_a_publishing_connection_shakes_hands_patiently_and_writes_impatiently(prefix):
+    layer = RedisPubSubChannelLayer(hosts=[REDIS_TEST_URL], prefix=prefix)
+    await asyncio.to_thread(layer.open_for_publishing)
+    connection, _ = layer._publishing[0]
+    assert connection.socket_timeout == channel_layers.CONNECT_SECONDS
+    assert connection._sock.gettimeout() == channel_layers.SEND_SECONDS
+    layer.close_for_publishing()
