@@ -47,6 +47,11 @@ def test_catch_up_after_the_server_restarts(page, alice_api, goaai_server):
     open_chat(page, session_id)
     first = send(page, "remember my favourite colour is green")
     wait_run(first, "completed")
+    # The run's end and its answer's last piece can come in one frame; the text is
+    # drawn on the next animation frame.
+    expect(answer(first)).to_have_text(
+        "Got it. I'll remember in this conversation that your favourite colour is green."
+    )
     before = transcript_snapshot(page)
     seen = alice_api.get(f"sessions/{session_id}/")["last_event_seq"]
 
